@@ -1,0 +1,457 @@
+"""The next concrete change: one parameter, a value computed from the evidence, why, how to verify.
+
+One change at a time (seed 003): the first Change is the one to make; the rest are ranked
+alternatives. Values are ones a careful operator would pick: utilisation on a 0.05 grid and
+never above 0.95, context lengths on a 1024 grid at or below what the KV cache holds,
+parallel sizes that divide the heads and fit the GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from .engines import Profiles, flag_for
+from .model import Change, Finding
+
+UTIL_STEP = 0.05
+UTIL_MAX = 0.95
+GRAPH_FRAMES = {"capture_model", "capture", "init_cuda_graphs", "CudaGraphRunner", "cuda_graph_runner"}
+
+VERIFY = {
+    "oom": "restart under `diagnose watch` and check it passes the phase that failed and reaches ready; then `diagnose probe`",
+    "kv_cache_too_small": "restart under `diagnose watch`: the KV-cache line must show room for at least one max-length request, then ready",
+    "gpu_busy": "`nvidia-smi` shows the GPU free (under 1 GiB used) before you restart; then `diagnose watch`",
+    "preemption": "under the same load, preemption/retraction warnings stop and KV-cache usage stays below ~90 %",
+    "tp_mismatch": "restart under `diagnose watch`: distributed init passes and every rank loads its weights",
+    "nccl": "restart under `diagnose watch`: distributed init completes; NCCL INFO lines name the transport in use",
+    "port_in_use": "`ss -ltnp` shows the port free (or the new one unused); restart and `diagnose probe` the new URL",
+    "weights_format": "restart under `diagnose watch`: weight loading starts and finishes",
+    "driver": "`nvidia-smi` works where the server runs (inside the container too); then restart",
+    "request": "resend the request: it returns 200 with finish_reason 'length' or 'stop'",
+    "hang": "restart under `diagnose watch` and see the stuck phase finish within its budget",
+    "unknown_error": "restart under `diagnose watch` and check the same error does not come back",
+}
+
+
+@dataclass(slots=True)
+class Context:
+    finding: Finding
+    engine: str
+    launch: dict[str, Any]
+    profiles: Profiles
+    frames: set[str]
+
+    def current(self, param: str) -> Any:
+        if param in self.launch:
+            return self.launch[param]
+        if param in self.finding.facts:
+            return self.finding.facts[param]
+        prof = self.profiles.get(self.engine)
+        if param in prof.defaults:
+            return prof.defaults[param]
+        return self.profiles.get("generic").defaults.get(param)
+
+
+def fmt_util(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def util_down(x: float) -> float:
+    """The next 0.05 step strictly below x."""
+    return round(math.floor((x - 1e-9) / UTIL_STEP) * UTIL_STEP, 2)
+
+
+def util_up(x: float) -> float | None:
+    up = round(math.floor(x / UTIL_STEP + 1 + 1e-9) * UTIL_STEP, 2)
+    return up if up <= UTIL_MAX and up > x else None
+
+
+def len_down(n: int) -> int:
+    """A context length at or below n: a round one (2^k or 3·2^k) within 10 %, else n on a 1024 grid."""
+    if n < 1024:
+        return max(256, n // 256 * 256)
+    round_lens = sorted({m * 2**k for k in range(10, 25) for m in (1, 3)})
+    best = max((x for x in round_lens if x <= n), default=0)
+    if best >= 0.9 * n:
+        return best
+    return n // 1024 * 1024
+
+
+def power_of_two_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def divisors_at_most(n: int, cap: int) -> list[int]:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+
+
+def free_port(start: int, host: str = "127.0.0.1", tries: int = 50) -> int | None:
+    """First port from start up that this host can bind now."""
+    for p in range(max(start, 1024), min(start + tries, 65535)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+            return p
+    return None
+
+
+def _as_float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class Advisor:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.out: list[Change] = []
+
+    def add(self, param: str, to: Any, why: str, frm: Any = None, flag: str | None = None) -> None:
+        if to is None or any(c.param == param for c in self.out):
+            return
+        f = self.ctx.finding
+        fl = flag or flag_for(self.ctx.profiles, self.ctx.engine, param)
+        to_s = to if isinstance(to, str) else (fmt_util(to) if isinstance(to, float) else str(to))
+        if param.startswith("env:"):
+            fl = f"{param[4:]}={to_s}"
+        elif param == "shm_size":
+            fl = f"--shm-size {to_s}"
+        elif fl.startswith("env:"):
+            fl = f"{fl[4:]}={to_s}"
+        frm_s = None if frm is None else (fmt_util(frm) if isinstance(frm, float) else str(frm))
+        self.out.append(Change(param=param, flag=fl, frm=frm_s, to=to_s, why=why,
+                               verify=VERIFY.get(f.cls, VERIFY["unknown_error"])))
+
+    # --- parameters -------------------------------------------------------------------
+
+    def util_lower(self, why_extra: str = "") -> None:
+        cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        to = min(util_down(cur), UTIL_MAX)
+        if to <= 0.3:
+            return
+        self.add("gpu_memory_utilization", to,
+                 f"leaves {round((cur - to) * 100)} % more of the GPU outside the engine's budget{why_extra}", cur)
+
+    def util_raise(self, why: str) -> bool:
+        cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        to = util_up(cur)
+        if to is None:
+            return False
+        self.add("gpu_memory_utilization", to, why, cur)
+        return True
+
+    def halve(self, param: str, default: int, why: str, floor: int = 1) -> None:
+        cur = _as_int(self.ctx.current(param)) or default
+        to = max(floor, cur // 2)
+        if to < cur:
+            self.add(param, to, why, cur)
+
+    def tp_valid(self, want_more: bool) -> None:
+        f = self.ctx.finding
+        known = self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
+        cur = _as_int(known) or 1
+        gpus = _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
+        heads = _as_int(f.facts.get("heads") or f.facts.get("numerator"))
+        denom = _as_int(f.facts.get("tensor_parallel_size") or f.facts.get("denominator"))
+        if denom:
+            cur, known = denom, denom
+        if want_more:
+            to = cur * 2
+            if gpus is not None and to > gpus:
+                return
+            self.add("tensor_parallel_size", to,
+                     f"splits the weights over {to} GPUs instead of {cur}, halving what each must hold", cur)
+            return
+        if known is None and gpus is None and not heads:
+            self.add("tensor_parallel_size", "a divisor of the model's (KV) heads",
+                     "the log shows neither the size used nor the head count; config.json has "
+                     "num_attention_heads and num_key_value_heads")
+            return
+        cap = gpus if gpus is not None else max(1, cur - 1)
+        if heads:
+            options = divisors_at_most(heads, cap)
+            to = options[-1] if options else 1
+            why = f"{heads} heads split evenly over {to} ranks" + (f" and {gpus} GPUs are visible" if gpus else "")
+        else:
+            to = power_of_two_at_most(cap)
+            why = (f"only {gpus} GPUs are visible" if gpus is not None else
+                   f"{cur} does not fit; a power of two divides the heads of nearly every model")
+        if to == cur:
+            return
+        self.add("tensor_parallel_size", to, why, cur)
+
+    # --- per class ----------------------------------------------------------------------
+
+    def run(self) -> list[Change]:
+        f = self.ctx.finding
+        handler = getattr(self, "for_" + f.cls, None)
+        if handler is not None:
+            handler()
+        self.from_rule()
+        return self.out
+
+    def from_rule(self) -> None:
+        """The rule's own suggestions, for anything the class logic did not cover."""
+        rule = getattr(self, "_rule", None)
+        for a in (rule.advice if rule is not None else []):
+            param = a["param"]
+            to = a.get("to")
+            if to is not None:
+                try:
+                    to = str(to).format(**self.ctx.finding.facts)
+                except (KeyError, IndexError, ValueError):
+                    continue
+                self.add(param, to, a.get("why") or rule.title, self.ctx.current(param))
+            else:
+                self.generic(param)
+
+    def generic(self, param: str) -> None:
+        f = self.ctx.finding
+        if param == "gpu_memory_utilization":
+            if f.cls in ("kv_cache_too_small",):
+                self.util_raise("gives the KV cache more of each GPU")
+            else:
+                self.util_lower()
+        elif param == "tensor_parallel_size":
+            self.tp_valid(want_more=f.cls in ("oom", "kv_cache_too_small", "preemption"))
+        elif param == "max_num_seqs":
+            self.halve("max_num_seqs", 256, "fewer concurrent sequences need fewer KV blocks and less activation memory")
+        elif param == "max_num_batched_tokens":
+            self.halve("max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak", 512)
+        elif param == "cuda_graph_max_bs":
+            self.halve("cuda_graph_max_bs", 160, "smaller captured batches need less graph memory", 8)
+        elif param == "kv_cache_dtype":
+            if str(self.ctx.current("kv_cache_dtype") or "auto").startswith("fp8"):
+                return
+            self.add("kv_cache_dtype", "fp8", "an fp8 KV cache holds twice the tokens in the same memory",
+                     self.ctx.current("kv_cache_dtype"))
+        elif param == "enforce_eager":
+            self.add("enforce_eager", "true", "skips CUDA-graph capture and its memory (slower decoding)", "false")
+        elif param == "quantization":
+            self.add("quantization", "fp8", "fp8 weights need half the memory of bf16 (Ada/Hopper GPUs or newer)",
+                     self.ctx.current("quantization"))
+        elif param == "max_model_len":
+            cur = _as_int(self.ctx.current("max_model_len"))
+            if cur:
+                self.add("max_model_len", len_down(cur // 2), "halves the longest sequence the KV cache must hold", cur)
+        elif param == "port":
+            self.port()
+        elif param in ("nccl_port", "master_port"):
+            self.add(param, "a free port", "an internal rendezvous port collides with another process")
+        elif param == "shm_size":
+            self.add("shm_size", "16g", "NCCL needs more /dev/shm than a container's 64 MB default (or run with --ipc=host)")
+        elif param == "env:NCCL_DEBUG":
+            self.add(param, "INFO", "NCCL then logs which transport and peer fail")
+        elif param == "env:NCCL_P2P_DISABLE":
+            self.add(param, "1", "peer-to-peer over PCIe is a frequent cause of NCCL errors and hangs")
+        elif param == "env:NCCL_SHM_DISABLE":
+            self.add(param, "1", "falls back from the /dev/shm transport when shared memory cannot be enlarged")
+        elif param == "env:CUDA_VISIBLE_DEVICES":
+            self.add(param, "<idle GPU ids>", "start the server on GPUs no other process uses (check `nvidia-smi`)")
+        elif param == "action:free_gpu":
+            self.free_gpu()
+        elif param == "action:free_port":
+            port = f.facts.get("port")
+            self.add(param, f"stop the process holding port {port}" if port else "stop leftover server/worker processes",
+                     "a previous instance (or its workers) still holds the port")
+        elif param == "action:reinstall":
+            self.add(param, "reinstall the engine and its CUDA extensions for the installed torch",
+                     "a compiled package does not match the environment")
+        elif param == "action:expose_gpu":
+            self.add(param, "run with --gpus all (Docker) / the NVIDIA runtime, and check `nvidia-smi` inside",
+                     "the process cannot see any GPU")
+        elif param == "engine_version":
+            self.add(param, "a release that supports this model", "the installed engine does not know this architecture or build")
+        elif param == "trust_remote_code":
+            self.add(param, "true", "the checkpoint ships its own code; read it first, it runs on your machine", "false")
+        elif param == "model":
+            self.add(param, "re-download the checkpoint (verify file sizes/hashes)", "a shard is missing or corrupt")
+        elif param == "max_tokens":
+            self.add(param, "lower it in the request (prompt + max_tokens ≤ max_model_len)",
+                     "the request asks for more tokens than the context holds")
+        elif param == "schedule_conservativeness":
+            self.add(param, 1.3, "admits fewer new requests while the pool is near full", self.ctx.current(param))
+        elif param.startswith("env:"):
+            self.add(param, "1", f"see `diagnose rules show {f.rule}`")
+
+    def port(self) -> None:
+        f = self.ctx.finding
+        port = _as_int(f.facts.get("port")) or _as_int(self.ctx.current("port"))
+        if port is None:
+            return
+        new = free_port(port + 1)
+        self.add("port", new if new is not None else port + 1,
+                 f"port {port} is taken" + (f"; {new} is free on this host now" if new else ""), port)
+
+    def free_gpu(self) -> None:
+        f = self.ctx.finding
+        pid, gib = f.facts.get("other_pid"), f.facts.get("other_gib")
+        free, total = f.facts.get("free_gib"), f.facts.get("total_gib")
+        if pid and gib:
+            why = f"process {pid} holds {gib} GiB on GPU {f.facts.get('gpu', '?')}"
+        elif free is not None and total:
+            why = f"only {free} of {total} GiB are free: another process holds the rest"
+        else:
+            why = "another process holds memory on this GPU"
+        self.add("action:free_gpu", "stop the other process on the GPU (see `nvidia-smi`)", why)
+
+    def for_kv_cache_too_small(self) -> None:
+        f = self.ctx.finding
+        est = _as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
+        cur = _as_int(f.facts.get("max_model_len")) or _as_int(self.ctx.current("max_model_len"))
+        if est and (cur is None or est < cur):
+            to = len_down(est)
+            self.add("max_model_len", to, f"the KV cache holds about {est} tokens; {cur} does not fit", cur)
+        frac = _as_float(f.facts.get("min_fraction"))
+        if frac:
+            to = min(UTIL_MAX, math.ceil((frac + 0.01) / 0.01) * 0.01)
+            self.add("gpu_memory_utilization", round(to, 2), f"the log says the minimum viable fraction is {frac}",
+                     _as_float(f.facts.get("mem_fraction_static2")))
+        if f.facts.get("max_total_tokens") and self.ctx.engine == "tgi":
+            n = _as_int(f.facts["max_total_tokens"]) or 0
+            self.add("max_model_len", len_down(n // 2), f"{n} total tokens per request do not fit the KV blocks", n)
+        self.util_raise("gives the KV cache more of each GPU")
+        self.generic("kv_cache_dtype")
+        self.tp_valid(want_more=True)
+
+    def for_oom(self) -> None:
+        f = self.ctx.finding
+        eng = self.ctx.engine
+        other = f.facts.get("other_pid") and f.facts.get("self_listed")
+        if f.oom_phase == "load":
+            if other:
+                self.free_gpu()
+                self.generic("env:CUDA_VISIBLE_DEVICES")
+            self.tp_valid(want_more=True)
+            self.generic("quantization")
+            self.free_gpu()
+            return
+        if f.oom_phase == "startup":
+            if other:
+                self.free_gpu()
+            graphs = f.phase_at == "cuda_graphs" or bool(self.ctx.frames & GRAPH_FRAMES) or "graph" in f.rule
+            if eng == "tgi":
+                self.halve("max_num_batched_tokens", _as_int(f.facts.get("prefill_tokens")) or 4096,
+                           "TGI warms up with one batch of max-batch-prefill-tokens", 512)
+                self.util_lower()
+                return
+            if graphs and eng == "sglang":
+                self.generic("cuda_graph_max_bs")
+                self.util_lower(" (graphs live outside --mem-fraction-static)")
+                self.generic("enforce_eager")
+                return
+            if graphs:
+                self.util_lower(" for CUDA-graph buffers")
+                self.generic("enforce_eager")
+                self.generic("cuda_graph_max_bs")
+                return
+            profiling = f.phase_at in (None, "weights_loaded", "load_weights") or bool(
+                self.ctx.frames & {"profile_run", "_dummy_run", "_dummy_sampler_run", "determine_num_available_blocks"})
+            if profiling and eng != "sglang":
+                if "limit_mm_per_prompt" in self.ctx.launch:
+                    self.add("limit_mm_per_prompt", "fewer images/videos per prompt",
+                             "the profiling pass builds a dummy batch with the maximum multimodal inputs",
+                             self.ctx.launch["limit_mm_per_prompt"])
+                self.generic("max_num_seqs")
+                self.generic("max_num_batched_tokens")
+                self.util_lower()
+                return
+            self.util_lower()
+            self.generic("max_num_seqs")
+            self.generic("enforce_eager")
+            return
+        # runtime
+        reserved = _as_float(f.facts.get("reserved_unallocated_gib")) or 0.0
+        total = _as_float(f.facts.get("total_gib")) or 0.0
+        if reserved >= 1.0 or (total and reserved >= 0.05 * total):
+            self.add("env:PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+                     f"{reserved} GiB are reserved but unallocated: the memory is fragmented")
+        cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        if cur > 0.9:
+            self.util_lower(" for the activations of concurrent requests")
+        if eng == "sglang":
+            self.halve("max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak of long prompts", 512)
+            self.generic("max_num_seqs")
+            self.util_lower()
+            return
+        self.generic("max_num_batched_tokens")
+        self.generic("max_num_seqs")
+        self.add("env:PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
+                 "reduces fragmentation, the usual cause of OOMs after hours of serving")
+
+    def for_gpu_busy(self) -> None:
+        f = self.ctx.finding
+        self.free_gpu()
+        self.generic("env:CUDA_VISIBLE_DEVICES")
+        free, total = _as_float(f.facts.get("free_gib")), _as_float(f.facts.get("total_gib"))
+        if free is not None and total:
+            to = math.floor(free / total / UTIL_STEP) * UTIL_STEP
+            if to >= 0.3:
+                self.add("gpu_memory_utilization", round(min(to, UTIL_MAX), 2),
+                         f"fits in the {free} of {total} GiB that are free", self.ctx.current("gpu_memory_utilization"))
+
+    def for_preemption(self) -> None:
+        self.generic("max_num_seqs")
+        self.util_raise("more KV cache means fewer preemptions")
+        self.generic("kv_cache_dtype")
+
+    def for_tp_mismatch(self) -> None:
+        self.tp_valid(want_more=False)
+
+    def for_nccl(self) -> None:
+        f = self.ctx.finding
+        if "segment" in f.facts or "/dev/shm" in f.evidence:
+            self.generic("shm_size")
+        self.generic("env:NCCL_DEBUG")
+        self.generic("env:NCCL_P2P_DISABLE")
+
+    def for_port_in_use(self) -> None:
+        f = self.ctx.finding
+        internal = f.facts.get("port") is None and f.rule == "any.port-in-use.errno98" and (
+            "TCPStore" in f.evidence or "server socket" in f.evidence or not self._http_context())
+        if internal:
+            self.generic("action:free_port")
+            if self.ctx.engine == "sglang":
+                self.generic("nccl_port")
+            else:
+                self.add("master_port", "a free port (VLLM_PORT / MASTER_PORT)",
+                         "an internal rendezvous port collides with a leftover process")
+            return
+        self.port()
+        self.generic("action:free_port")
+
+    def _http_context(self) -> bool:
+        return "bind on address" in self.ctx.finding.evidence
+
+    def for_hang(self) -> None:
+        phase = self.ctx.finding.facts.get("phase") or self.ctx.finding.phase_at
+        if phase in ("distributed_init", None):
+            self.generic("env:NCCL_DEBUG")
+            self.generic("env:NCCL_P2P_DISABLE")
+            self.generic("shm_size")
+
+
+def advise(finding: Finding | None, engine: str, launch: dict[str, Any], profiles: Profiles,
+           rule: Any = None, frames: set[str] | None = None) -> list[Change]:
+    if finding is None:
+        return []
+    ctx = Context(finding=finding, engine=engine, launch=launch, profiles=profiles, frames=frames or set())
+    adv = Advisor(ctx)
+    adv._rule = rule  # type: ignore[attr-defined]
+    return adv.run()

@@ -1,0 +1,213 @@
+"""Command line: one function per command, no logic of its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .errors import InputError
+
+app = typer.Typer(
+    help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",
+    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+rules_app = typer.Typer(help="List, explain and test the rules.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
+
+# Exit codes, in one place.
+EXIT_OK = 0  # ready / healthy / nothing wrong found
+EXIT_FOUND = 1  # a failure (or degradation) was found
+EXIT_USAGE = 2  # usage or input error
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _err(msg: str) -> None:
+    print(f"diagnose: error: {msg}", file=sys.stderr)
+
+
+def _warn(msg: str) -> None:
+    print(f"diagnose: warning: {msg}", file=sys.stderr)
+
+
+RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
+EngineOpt = Annotated[str | None, typer.Option("--engine", help="Force the engine: vllm, sglang, tgi, generic.")]
+
+
+def _knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
+    from .pipeline import Knowledge
+
+    know = Knowledge.load(rules)
+    for p in know.problems:
+        _warn(f"{p} (skipped)")
+    return know
+
+
+@app.command()
+def scan(
+    files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz too); '-' or none reads stdin.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the schema-1 JSON diagnosis.")] = False,
+    fmt: Annotated[Format, typer.Option("--format", help="text, json or markdown.")] = Format.text,
+    engine: EngineOpt = None,
+    rules: RulesOpt = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Show every finding.")] = False,
+) -> None:
+    """Read a server log and say what failed, when, and the next change to make."""
+    from .pipeline import scan_paths
+    from .render import render_json, render_markdown, render_text
+
+    if engine and engine not in ("vllm", "sglang", "tgi", "generic"):
+        raise typer.BadParameter(f"unknown engine {engine!r}", param_hint="--engine")
+    if not files and sys.stdin is not None and sys.stdin.isatty():
+        raise typer.BadParameter("no log given: pass a file, or pipe the log into diagnose", param_hint="FILES")
+    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine)
+    if json_out or fmt is Format.json:
+        print(render_json(d))
+    elif fmt is Format.markdown:
+        print(render_markdown(d))
+    else:
+        render_text(d, _console(), show_all)
+    raise typer.Exit(EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK)
+
+
+@rules_app.command("list")
+def rules_list(rules: RulesOpt = None) -> None:
+    """Every rule with its class, severity and engines."""
+    know = _knowledge(rules)
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("id", "class", "severity", "engines", "title"):
+        table.add_column(col, overflow="fold")
+    for r in sorted(know.rules.rules, key=lambda r: (r.cls or "~", r.id)):
+        table.add_row(r.id, r.cls or "—", r.severity, ",".join(r.engines), r.title)
+    _console().print(table)
+
+
+@rules_app.command("show")
+def rules_show(rule_id: Annotated[str, typer.Argument(help="Rule id, e.g. torch.oom")], rules: RulesOpt = None) -> None:
+    """What a rule catches, why it happens, a real example and the change it leads to."""
+    from .engines import flag_for
+
+    know = _knowledge(rules)
+    r = know.rules.by_id(rule_id)
+    if r is None:
+        raise InputError(f"no rule {rule_id!r} (see `diagnose rules list`)")
+    c = _console()
+    c.print(Text(f"{r.id}  ({r.cls or 'benign'}, {r.severity}; {', '.join(r.engines)})", style="bold"))
+    c.print(Text(r.title))
+    c.print()
+    c.print(Text("What it catches", style="bold"))
+    c.print(Text(f"  needles: {', '.join(repr(n) for n in r.needles)}"))
+    c.print(Text(f"  pattern: {r.pattern}"))
+    if r.why:
+        c.print()
+        c.print(Text("Why it happens", style="bold"))
+        c.print(Text("  " + r.why))
+    c.print()
+    c.print(Text("Example", style="bold"))
+    for e in r.examples_match:
+        c.print(Text("  " + e, style="green"))
+    c.print(Text("Not matched", style="bold"))
+    for e in r.examples_no_match:
+        c.print(Text("  " + e, style="dim"))
+    if r.advice:
+        c.print()
+        c.print(Text("The change (first applicable, one at a time)", style="bold"))
+        for a in r.advice:
+            spell = ", ".join(f"{e}: {flag_for(know.profiles, e, a['param'])}" for e in ("vllm", "sglang", "tgi"))
+            c.print(Text(f"  {a['param']}" + (f" → {a['to']}" if a.get("to") else "") + f"   ({spell})"))
+    c.print(Text(f"\n  defined in {r.path}", style="dim"))
+
+
+@rules_app.command("test")
+def rules_test(
+    log: Annotated[str | None, typer.Argument(help="A log to run the rules over (like fail2ban-regex).")] = None,
+    rules: RulesOpt = None,
+) -> None:
+    """Run every rule's examples; with a log, show which rules hit which lines."""
+    from .lines import resolve_sources
+    from .pipeline import scan_sources
+    from .rules import check_examples
+
+    know = _knowledge(rules)
+    c = _console()
+    failed = 0
+    for r in know.rules.rules:
+        problem = check_examples(r)
+        if problem:
+            failed += 1
+            c.print(Text(f"FAIL {r.id}: {problem[0]}: {problem[1]}", style="red"))
+    n = len(know.rules.rules)
+    c.print(Text(f"examples: {n - failed} rules pass, {failed} fail, {len(know.problems)} skipped as broken"))
+    if log is not None:
+        result = scan_sources(resolve_sources([log]), know, keep_rule_lines=True)
+        c.print()
+        c.print(Text(f"{log}: {result.lines} lines", style="bold"))
+        table = Table(box=None, show_edge=False)
+        for col in ("rule", "hits", "lines"):
+            table.add_column(col)
+        for rid, lines in sorted(result.rule_lines.items(), key=lambda kv: -len(kv[1])):
+            shown = ", ".join(str(x) for x in lines[:8]) + (" …" if len(lines) > 8 else "")
+            table.add_row(rid, str(result.hit_counts.get(rid, len(lines))), shown)
+        c.print(table)
+        c.print(Text(f"unmatched error-looking lines: {result.unmatched_errors}"))
+        for line in result.unmatched_examples[:10]:
+            c.print(Text(f"  {line.number}: {line.text[:160]}", style="yellow"))
+    if failed or know.problems:
+        raise typer.Exit(EXIT_FOUND)
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    """With a log piped in and no command, `diagnose` means `diagnose scan -`."""
+    if ctx.invoked_subcommand is None:
+        if sys.stdin is not None and not sys.stdin.isatty():
+            ctx.invoke(scan, files=["-"], json_out=False, fmt=Format.text, engine=None, rules=None, show_all=False)
+        else:
+            typer.echo(ctx.get_help())
+            raise typer.Exit(EXIT_USAGE)
+
+
+def main() -> None:
+    """Console-script entry: user errors are one line and exit 2, never a traceback."""
+    try:
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except InputError as e:
+        _err(str(e))
+        sys.exit(EXIT_USAGE)
+    except (typer.Abort, KeyboardInterrupt):
+        print("diagnose: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        # the reader went away (| head): not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_OK)
+    except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(EXIT_USAGE)
+        if os.environ.get("DIAGNOSE_DEBUG"):
+            raise
+        _err(f"internal error: {type(e).__name__}: {e} (set DIAGNOSE_DEBUG=1 for the traceback)")
+        sys.exit(EXIT_USAGE)

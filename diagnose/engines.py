@@ -1,0 +1,180 @@
+"""Engine profiles (data in rules/engines/): detection, version, phase markers, flag names.
+
+A profile is a YAML mapping. Every marker carries needles (the literal prefilter), a
+pattern and examples that the test suite runs, like the failure rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import regex
+
+from .errors import RuleError
+from .model import OOM_PHASES, PHASES, Line
+from .rules import PATTERN_TIMEOUT_S, _load_yaml, builtin_rules_dir, rule_files
+
+PROFILE_KEYS = {"engine", "title", "detect", "variants", "version", "phases", "launch", "flags",
+                "names", "defaults", "stack_hints"}
+MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why"}
+LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
+
+
+@dataclass(slots=True)
+class Marker:
+    """A needle+pattern that tells something other than a failure."""
+
+    engine: str
+    what: str  # detect / variant / version / phase / launch
+    needles: list[str]
+    pattern: str
+    compiled: Any
+    examples: list[str]
+    phase: str | None = None
+    weight: int = 1
+    variant: str | None = None
+    kind: str | None = None  # launch parser kind
+    path: str = ""
+
+    def target(self, line: Line) -> str:
+        # Detection looks at the whole line (process prefixes name the engine too).
+        return line.text if self.what in ("detect", "variants") else line.message
+
+    def search(self, text: str) -> Any:
+        try:
+            return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
+        except TimeoutError:
+            return None
+
+
+@dataclass(slots=True)
+class Profile:
+    engine: str
+    title: str
+    path: str
+    markers: list[Marker] = field(default_factory=list)
+    flags: dict[str, str] = field(default_factory=dict)  # canonical param -> engine flag
+    names: dict[str, str] = field(default_factory=dict)  # engine launch key -> canonical
+    defaults: dict[str, Any] = field(default_factory=dict)
+    stack_hints: list[tuple[str, set[str]]] = field(default_factory=list)
+
+
+def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
+    label = f"{engine}.{what}[{i}]"
+    if not isinstance(raw, dict):
+        raise RuleError(path, label, None, "must be a mapping")
+    for k in raw:
+        if k not in MARKER_KEYS:
+            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(MARKER_KEYS))})")
+    needles = raw.get("needles")
+    if not (isinstance(needles, list) and needles and all(isinstance(n, str) and n for n in needles)):
+        raise RuleError(path, label, "needles", "must be a non-empty list of strings")
+    pattern = raw.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise RuleError(path, label, "pattern", "missing")
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error as e:
+        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    examples = raw.get("examples")
+    if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
+        raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
+    phase = raw.get("phase")
+    if what == "phases" and phase not in PHASES:
+        raise RuleError(path, label, "phase", f"{phase!r} is not one of {', '.join(PHASES)}")
+    kind = raw.get("kind")
+    if what == "launch" and kind not in LAUNCH_KINDS:
+        raise RuleError(path, label, "kind", f"{kind!r} is not one of {', '.join(sorted(LAUNCH_KINDS))}")
+    m = Marker(engine=engine, what=what, needles=list(needles), pattern=pattern, compiled=compiled,
+               examples=list(examples), phase=phase, weight=int(raw.get("weight", 1)),
+               variant=raw.get("variant"), kind=kind, path=path)
+    from .lines import make_line
+
+    for e in m.examples:
+        line = make_line("example", 1, e.encode())
+        if not any(n in line.text for n in m.needles) or not m.search(m.target(line)):
+            raise RuleError(path, label, "examples", f"pattern does not match its example: {e[:100]!r}")
+    if what == "version" and "version" not in compiled.groupindex:
+        raise RuleError(path, label, "pattern", "needs a named group 'version'")
+    return m
+
+
+def parse_profile(data: Any, path: str) -> Profile:
+    if not isinstance(data, dict):
+        raise RuleError(path, None, None, "an engine profile must be a mapping")
+    for k in data:
+        if k not in PROFILE_KEYS:
+            raise RuleError(path, None, str(k), f"unknown key (allowed: {', '.join(sorted(PROFILE_KEYS))})")
+    engine = data.get("engine")
+    if not isinstance(engine, str) or not engine:
+        raise RuleError(path, None, "engine", "missing")
+    prof = Profile(engine=engine, title=str(data.get("title") or engine), path=path)
+    for what in ("detect", "variants", "version", "phases", "launch"):
+        items = data.get(what) or []
+        if not isinstance(items, list):
+            raise RuleError(path, engine, what, "must be a list")
+        for i, raw in enumerate(items):
+            prof.markers.append(_marker(raw, path, engine, what, i))
+    for key in ("flags", "names", "defaults"):
+        v = data.get(key) or {}
+        if not isinstance(v, dict):
+            raise RuleError(path, engine, key, "must be a mapping")
+        setattr(prof, key, dict(v))
+    hints = data.get("stack_hints") or []
+    if not isinstance(hints, list):
+        raise RuleError(path, engine, "stack_hints", "must be a list of {phase: [frame names]}")
+    for h in hints:
+        if not (isinstance(h, dict) and len(h) == 1):
+            raise RuleError(path, engine, "stack_hints", "each entry is one {phase: [names]}")
+        (ph, names), = h.items()
+        if ph not in OOM_PHASES:
+            raise RuleError(path, engine, "stack_hints", f"{ph!r} is not one of {OOM_PHASES}")
+        prof.stack_hints.append((ph, {str(n) for n in names}))
+    return prof
+
+
+@dataclass(slots=True)
+class Profiles:
+    by_engine: dict[str, Profile]
+    problems: list[str]
+
+    @property
+    def markers(self) -> list[Marker]:
+        return [m for p in self.by_engine.values() for m in p.markers]
+
+    def get(self, engine: str) -> Profile:
+        return self.by_engine.get(engine) or self.by_engine["generic"]
+
+
+def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
+    dirs = [builtin_rules_dir() / "engines"] + [Path(d) / "engines" for d in extra_dirs or []]
+    out: dict[str, Profile] = {}
+    problems: list[str] = []
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for path in rule_files(d):
+            try:
+                prof = parse_profile(_load_yaml(path), str(path))
+            except RuleError as e:
+                problems.append(str(e))
+                continue
+            out[prof.engine] = prof
+    if "generic" not in out:
+        out["generic"] = Profile(engine="generic", title="generic", path="")
+    return Profiles(out, problems)
+
+
+def flag_for(profiles: Profiles, engine: str, param: str) -> str:
+    """The engine's spelling of a canonical parameter (env vars and actions as they are)."""
+    if param.startswith("env:"):
+        return param[4:]
+    if param.startswith("action:"):
+        return param
+    for name in (engine, "generic"):
+        prof = profiles.by_engine.get(name)
+        if prof and param in prof.flags:
+            return prof.flags[param]
+    return "--" + param.replace("_", "-")

@@ -1,0 +1,25 @@
+"""Errors the user can act on: printed as one line, never as a traceback."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad input (file, stdin, rule, config). Exit code 2."""
+
+    exit_code = 2
+
+
+class RuleError(InputError):
+    """A rule or profile file is malformed: names the file, the rule id and the field."""
+
+    def __init__(self, path: str, rule_id: str | None, field: str | None, problem: str):
+        self.path = path
+        self.rule_id = rule_id
+        self.field = field
+        self.problem = problem
+        where = path
+        if rule_id:
+            where += f": rule {rule_id}"
+        if field:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {problem}")

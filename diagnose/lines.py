@@ -1,0 +1,296 @@
+"""Reading logs as streams of complete lines, and splitting the prefixes real logs carry.
+
+Bytes are read in blocks of whole lines so the matcher can prefilter a block at C speed
+and only decode the lines that matter; memory stays flat however long the log.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from .errors import InputError
+from .model import Line
+
+BLOCK_SIZE = 1 << 20
+MAX_LINE = 1 << 20  # a longer line is cut, with CUT_MARKER in its place
+CUT_MARKER = b" [diagnose: line cut at 1 MiB]"
+
+
+@dataclass(slots=True)
+class Source:
+    name: str  # what the report calls it: the path, or "-" for stdin
+    path: str | None  # None for stdin
+
+
+def resolve_sources(paths: list[str]) -> list[Source]:
+    """Check every path up front, so a typo fails before any output."""
+    if not paths:
+        paths = ["-"]
+    out: list[Source] = []
+    for p in paths:
+        if p == "-":
+            out.append(Source("-", None))
+            continue
+        if not os.path.exists(p):
+            raise InputError(f"{p}: no such file")
+        if os.path.isdir(p):
+            raise InputError(f"{p}: is a directory, not a log file")
+        if not os.access(p, os.R_OK):
+            raise InputError(f"{p}: permission denied")
+        out.append(Source(p, p))
+    return out
+
+
+def _open(source: Source) -> BinaryIO:
+    if source.path is None:
+        if sys.stdin is None:
+            raise InputError("no input: stdin is closed")
+        return sys.stdin.buffer
+    try:
+        f = open(source.path, "rb")  # noqa: SIM115 - closed by the caller
+    except OSError as e:
+        raise InputError(f"{source.name}: cannot read: {e.strerror or e}") from None
+    head = f.peek(2)[:2] if hasattr(f, "peek") else b""
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    return f
+
+
+def _looks_binary(head: bytes) -> bool:
+    # Like grep: NUL bytes mean binary. Text logs never carry them.
+    return b"\x00" in head[:8192]
+
+
+def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
+    """Yield blocks of complete lines (each ends with \\n, except maybe the very last).
+
+    A line longer than MAX_LINE is cut to MAX_LINE bytes plus CUT_MARKER; the rest of it
+    is skipped without being held in memory.
+    """
+    f = _open(source)
+    carry = b""
+    skipping = False  # inside the unread tail of an over-long line
+    first = True
+    total = 0
+    try:
+        while True:
+            try:
+                chunk = f.read(block_size)
+            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+                raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
+            except OSError as e:
+                raise InputError(f"{source.name}: read error: {e.strerror or e}") from None
+            if first:
+                first = False
+                if chunk and _looks_binary(chunk):
+                    raise InputError(f"{source.name}: binary data, not a text log")
+            if not chunk:
+                break
+            total += len(chunk)
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    continue
+                chunk = chunk[nl + 1 :]
+                skipping = False
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+            else:
+                carry = data[cut + 1 :]
+                yield _cut_long_lines(data[: cut + 1])
+            if len(carry) > MAX_LINE:
+                yield carry[:MAX_LINE] + CUT_MARKER + b"\n"
+                carry = b""
+                skipping = True
+        if carry:
+            yield _cut_long_lines(carry)
+    finally:
+        if source.path is not None:
+            f.close()
+    if total == 0:
+        raise InputError(f"{source.name}: empty input")
+
+
+def _cut_long_lines(block: bytes) -> bytes:
+    """Cut lines longer than MAX_LINE inside a block (rare: checked with a few find calls)."""
+    n = len(block)
+    if n <= MAX_LINE:
+        return block
+    half = MAX_LINE // 2
+    pos = 0
+    # If every window of half a line holds a newline, no line can exceed MAX_LINE.
+    while pos + half < n:
+        if block.find(b"\n", pos, pos + half) < 0:
+            break
+        pos += half
+    else:
+        return block
+    out: list[bytes] = []
+    start = 0
+    while start < n:
+        nl = block.find(b"\n", start)
+        end = n if nl < 0 else nl + 1
+        if end - start > MAX_LINE + 1:
+            out.append(block[start : start + MAX_LINE] + CUT_MARKER + (b"\n" if nl >= 0 else b""))
+        else:
+            out.append(block[start:end])
+        start = end
+    return b"".join(out)
+
+
+# --- decoding -------------------------------------------------------------------------
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def decode(raw: bytes) -> tuple[str, bool]:
+    """Bytes of one line -> text without ANSI codes or line ending; (text, was_cut)."""
+    truncated = raw.endswith(CUT_MARKER) or raw.endswith(CUT_MARKER + b"\n")
+    text = raw.decode("utf-8", "replace")
+    text = text.rstrip("\r\n")
+    if "\x1b" in text:
+        text = ANSI_RE.sub("", text)
+    if "\r" in text:
+        # tqdm redraws with \r: the terminal shows the last non-empty segment.
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text, truncated
+
+
+# --- prefix splitting -----------------------------------------------------------------
+
+_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
+_LEVEL_NORMAL = {"WARN": "WARNING", "FATAL": "CRITICAL", "E": "ERROR", "W": "WARNING",
+                 "I": "INFO", "F": "CRITICAL", "TRACE": "DEBUG"}
+
+# Each prefix pattern is anchored and consumes one layer; the splitter loops over them so
+# stacked prefixes (docker timestamp + process + level) come off in any order.
+_PREFIXES: list[re.Pattern[str]] = [
+    # k9s / box-drawing borders, markdown quotes, CI pipes
+    re.compile(r"(?P<wrap>[│┃|]\s|>\s?|\s+\|\s)"),
+    # docker compose: "vllm  | " (service name, not a level word)
+    re.compile(r"(?P<wrap>(?!" + _LEVELS + r"\b)[A-Za-z0-9][\w.-]*(?:-\d+)?\s+\|\s)"),
+    # SGLang: [2025-01-23 19:35:20 TP0] / [2025-01-23 19:35:20] / [03:51:54 DP0 TP1]
+    re.compile(
+        r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)"
+        r"(?P<tags>(?: (?:TP|DP|PP|EP|CP|ATTN_CP|MOE_DP|ATTN_DP)\d+)*)\]\s?"
+    ),
+    # Ray core: [2025-05-26 18:58:10,599 E 629624 629624] logging.cc:496:
+    re.compile(
+        r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[.,]\d+) (?P<lv1>[IWEF]) (?P<pid>\d+) \d+\]\s+"
+        r"(?P<loc>[\w./-]+:\d+):\s?"
+    ),
+    # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets)
+    re.compile(
+        r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"
+        r"(?:\s+|\s*\|\s*|\s+-\s+)"
+    ),
+    # vLLM process prefix: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839) (pid=12, ip=…)
+    re.compile(r"\((?P<proc>[A-Za-z_][^()]*?)?,?\s?pid=(?P<pid>\d+)(?:,\s*ip=[^)]*)?\)\s?"),
+    # vLLM: INFO 06-05 06:18:13 [gpu_worker.py:276]  /  INFO 10-10 10:23:27 launcher.py:27]
+    re.compile(
+        r"(?P<level>" + _LEVELS + r")\s+(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+"
+        r"(?:\[(?P<loc>[^\]\s]+:\d+)\]|(?P<loc2>[\w./-]+:\d+)\])\s?"
+    ),
+    # torch distributed: [rank0]:
+    re.compile(r"\[rank(?P<rank>\d+)\]:\s?"),
+    # glog (torch C++, Ray, Mooncake): W0803 21:48:43.773000 6890 torch/_inductor/utils.py:1731]
+    re.compile(r"(?P<lv1>[IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<pid>\d+)\s+(?P<loc>[^\]\s]+:\d+)\]\s?"),
+    # uvicorn: "INFO:     " ; loguru / logging: "INFO | ", "| INFO     | ", "- ERROR - "
+    re.compile(r"(?P<level>" + _LEVELS + r"):\s+"),
+    re.compile(r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"),
+    # TGI tracing after its timestamp: " INFO shard-manager: text_generation_launcher: "
+    re.compile(
+        r"\s*(?P<level>" + _LEVELS + r")\s+(?P<spans>(?:[a-z_][\w-]*(?:::[\w-]+)*(?:\{[^}]*\})?:\s)+)"
+        r"(?:(?P<loc>[\w./-]+\.rs:\d+):\s)?"
+    ),
+    # Python logging after a timestamp: "INFO worker.py:1888 -- " (Ray) or bare "ERROR "
+    re.compile(r"(?P<level>" + _LEVELS + r")\s+(?:(?P<loc>[\w./-]+\.py:\d+)\s+--\s+)?"),
+]
+_RANK_IN_PROC = re.compile(r"(?:rank=|TP|_TP|Worker_TP|rank)(\d+)")
+_TGI_RANK = re.compile(r"\srank=(\d+)\s*$")
+_SGLANG_TP = re.compile(r"TP(\d+)")
+
+
+def split_prefixes(line: Line) -> Line:
+    """Fill level/timestamp/process/rank/location/message from line.text."""
+    s = line.text
+    if s.startswith(("│", "┃")):
+        s = s.rstrip()
+        if s.endswith(("│", "┃")):
+            s = s[:-1].rstrip()
+    level_seen = False
+    for _ in range(10):
+        for pat in _PREFIXES:
+            m = pat.match(s)
+            if not m or m.end() == 0:
+                continue
+            g = m.groupdict()
+            # A bare level word is only a prefix when nothing else told us the level.
+            if pat is _PREFIXES[-1] and (level_seen or not (line.timestamp or line.process)):
+                continue
+            lv = g.get("level") or g.get("lv1")
+            if lv:
+                if level_seen and pat is not _PREFIXES[-1]:
+                    pass
+                if not line.level:
+                    line.level = _LEVEL_NORMAL.get(lv, lv)
+                level_seen = True
+            ts = g.get("ts")
+            if ts and not line.timestamp:
+                line.timestamp = ts
+            proc = g.get("proc")
+            if g.get("pid") and line.pid is None:
+                line.pid = int(g["pid"])
+                if proc:
+                    line.process = proc.strip().rstrip(",")
+                    r = _RANK_IN_PROC.search(proc)
+                    if r and line.rank is None:
+                        line.rank = int(r.group(1))
+            tags = g.get("tags")
+            if tags:
+                line.process = tags.strip()
+                r = _SGLANG_TP.search(tags)
+                if r and line.rank is None:
+                    line.rank = int(r.group(1))
+            if g.get("rank") and line.rank is None:
+                line.rank = int(g["rank"])
+            loc = g.get("loc") or g.get("loc2")
+            if loc and not line.location:
+                line.location = loc
+            if g.get("spans"):
+                r = _TGI_RANK.search(s)
+                if r and line.rank is None:
+                    line.rank = int(r.group(1))
+            s = s[m.end() :]
+            break
+        else:
+            break
+    line.message = s
+    return line
+
+
+def make_line(source: str, number: int, raw: bytes) -> Line:
+    text, truncated = decode(raw)
+    line = Line(source=source, number=number, text=text, truncated=truncated)
+    return split_prefixes(line)
+
+
+def iter_lines(source: Source) -> Iterator[Line]:
+    """Every line of a source, decoded and split (for tools that need them all)."""
+    number = 0
+    for block in read_blocks(source):
+        if block.endswith(b"\n"):
+            block = block[:-1]
+        for raw in block.split(b"\n"):
+            number += 1
+            yield make_line(source.name, number, raw)

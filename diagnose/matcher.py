@@ -1,0 +1,385 @@
+"""One pass over the log: prefilter, rule and marker matching, tracebacks, timeline.
+
+Blocks of whole lines are searched with one compiled alternation of every literal needle
+(rules, phase markers, engine detection, traceback shapes); only candidate lines are
+decoded, split and matched against the patterns of the rules whose needles they hold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from .engines import Marker, Profiles
+from .facts import typed_facts
+from .launch import canonical_launch, parse_repr
+from .lines import make_line
+from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent
+from .rules import Rule, RuleSet
+
+TRACEBACK_START = "Traceback (most recent call last)"
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+_EXC_RE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout|Died)|Exception)"
+    r"(?:\([^)]*\))?(?::(?:\s.*)?)?\s*$"
+)
+# Needles that only shape tracebacks or count error-looking lines (no rule behind them).
+STRUCTURE_NEEDLES = [TRACEBACK_START, 'File "', "Error", "Exception", "Exit", "Interrupt", "ERROR",
+                     "CRITICAL", "FATAL"]
+MAX_HITS_PER_RULE = 64  # kept in memory; the count goes on
+MAX_FRAMES = 96
+CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phase
+ENGINE_MIN_SCORE = 5
+
+
+@dataclass(slots=True)
+class RecordedHit:
+    hit: Hit
+    rule: Rule | None  # None for a synthetic unknown-error hit
+    run: int
+    phase_at: str | None
+    reached: frozenset[str]
+    last_time: str | None
+    tb: TracebackEvent | None = None
+    near_tb: TracebackEvent | None = None  # another stream's traceback right after it
+    phase_after: str | None = None
+    synthetic_title: str | None = None
+
+
+@dataclass
+class ScanResult:
+    hits: list[RecordedHit]
+    hit_counts: dict[str, int]
+    timeline: list[PhaseMark]
+    earlier_runs: int
+    engine_scores: dict[str, int]
+    engine_reason: dict[str, str]
+    variant_scores: dict[str, int]
+    version: str | None
+    launch: dict[str, Any]
+    lines: int
+    last_time: str | None
+    unmatched_errors: int
+    unmatched_examples: list[Line] = field(default_factory=list)
+    rule_lines: dict[str, list[int]] = field(default_factory=dict)
+    phase_last_line: dict[str, int] = field(default_factory=dict)
+    run_start_line: int = 0
+
+
+class Scanner:
+    def __init__(self, ruleset: RuleSet, profiles: Profiles, engine: str | None = None,
+                 keep_rule_lines: bool = False):
+        self.rules = ruleset.rules
+        self.profiles = profiles
+        self.forced_engine = engine
+        self.keep_rule_lines = keep_rule_lines
+        by_needle: dict[str, list[Any]] = defaultdict(list)
+        for r in self.rules:
+            for n in r.needles:
+                by_needle[n].append(r)
+        for m in profiles.markers:
+            for n in m.needles:
+                by_needle[n].append(m)
+        for n in STRUCTURE_NEEDLES:
+            by_needle.setdefault(n, [])
+        needles = sorted(by_needle, key=len, reverse=True)
+        # A needle found at a position also proves every needle inside it is present.
+        self._handlers: dict[str, list[Any]] = {}
+        for n in needles:
+            hs: list[Any] = []
+            for other in needles:
+                if other in n:
+                    for h in by_needle[other]:
+                        if h not in hs:
+                            hs.append(h)
+            self._handlers[n] = hs
+        alt = "|".join(re.escape(n) for n in needles)
+        self._prefilter = re.compile(alt.encode("utf-8"))
+        self._needle_re = regex.compile(alt)
+        # state
+        self.source = "-"
+        self.lineno = 0
+        self.hits: list[RecordedHit] = []
+        self.hit_counts: dict[str, int] = defaultdict(int)
+        self.timeline: list[PhaseMark] = []
+        self.reached: set[str] = set()
+        self.current_phase: str | None = None
+        self.run = 0
+        self.engine_scores: dict[str, int] = defaultdict(int)
+        self.engine_reason: dict[str, str] = {}
+        self._reason_weight: dict[str, int] = {}
+        self.variant_scores: dict[str, int] = defaultdict(int)
+        self.version: str | None = None
+        self.version_engine: str | None = None
+        self.launch_raw: dict[str, dict[str, Any]] = defaultdict(dict)
+        self.last_time: str | None = None
+        self.open_tbs: dict[str, TracebackEvent] = {}
+        self.tb_hits: dict[int, list[RecordedHit]] = defaultdict(list)
+        self.last_hit_by_stream: dict[str, RecordedHit] = {}
+        self.pending_context: list[RecordedHit] = []
+        self.recent_untraced: list[RecordedHit] = []  # hits still looking for a nearby traceback
+        self.phase_last_line: dict[str, int] = {}
+        self.run_start_line = 0
+        self.unmatched_errors = 0
+        self.unmatched_examples: list[Line] = []
+        self.rule_lines: dict[str, list[int]] = defaultdict(list)
+        self._collect: tuple[Marker, list[str], int] | None = None  # multi-line launch dump
+
+    # --- feeding ------------------------------------------------------------------
+
+    def set_source(self, name: str) -> None:
+        self.source = name
+        self.lineno = 0
+
+    def feed(self, block: bytes) -> None:
+        pos, n = 0, len(block)
+        search = self._prefilter.search
+        while pos < n:
+            if self._collect is not None:
+                nl = block.find(b"\n", pos)
+                end = n if nl < 0 else nl
+                self.lineno += 1
+                self._process(block[pos:end])
+                pos = end + 1
+                continue
+            m = search(block, pos)
+            if m is None:
+                self.lineno += block.count(b"\n", pos, n)
+                if not block.endswith(b"\n"):
+                    self.lineno += 1
+                return
+            start = block.rfind(b"\n", pos, m.start()) + 1
+            if start < pos:
+                start = pos
+            self.lineno += block.count(b"\n", pos, start) + 1
+            nl = block.find(b"\n", m.start())
+            end = n if nl < 0 else nl
+            self._process(block[start:end])
+            pos = end + 1
+
+    # --- one candidate line -------------------------------------------------------------
+
+    def _process(self, raw: bytes) -> None:
+        line = make_line(self.source, self.lineno, raw)
+        if line.timestamp:
+            self.last_time = line.timestamp
+        if self._collect is not None:
+            self._collect_line(line)
+            return
+        handlers: list[Any] = []
+        for m in self._needle_re.finditer(line.text, overlapped=True):
+            for h in self._handlers.get(m.group(), ()):
+                if h not in handlers:
+                    handlers.append(h)
+        matched_rule = False
+        stream = line.stream
+        msg = line.message
+        # traceback shape first, so hits on this line know their traceback
+        tb = self.open_tbs.get(stream)
+        frame = _FRAME_RE.match(msg)
+        if TRACEBACK_START in msg:
+            if tb is not None:
+                self._close_tb(stream, tb)
+            tb = self._open_tb(stream, line)
+        elif frame:
+            if tb is None:
+                tb = self._open_tb(stream, line)
+            if len(tb.frames) < MAX_FRAMES:
+                file = frame.group("file").rsplit("/", 1)[-1]
+                tb.frames.append(frame.group("func"))
+                tb.frames.append(file[:-3] if file.endswith(".py") else file)
+        closing = tb is not None and not frame and TRACEBACK_START not in msg and bool(_EXC_RE.match(msg))
+        if closing and tb is not None:
+            tb.exception = line
+        engine = self._active_engine()
+        for h in handlers:
+            if isinstance(h, Rule):
+                target = msg if h.scope == "message" else line.text
+                m = h.search(target)
+                if m is None:
+                    continue
+                matched_rule = True
+                self._record(h, line, typed_facts(m.groupdict()), tb)
+            elif isinstance(h, Marker):
+                self._marker(h, line, engine)
+        if closing and tb is not None:
+            self._close_tb(stream, tb)
+        if not matched_rule and line.level in ("ERROR", "CRITICAL") and tb is None and not frame:
+            if msg.strip() and not msg.startswith((" ", "\t")):
+                self.unmatched_errors += 1
+                if len(self.unmatched_examples) < 20:
+                    self.unmatched_examples.append(line)
+                if line.level == "CRITICAL":
+                    self._synthetic(line, "A critical error no rule explains")
+
+    # --- hits ---------------------------------------------------------------------------
+
+    def _record(self, rule: Rule, line: Line, facts: dict[str, Any], tb: TracebackEvent | None) -> None:
+        self.hit_counts[rule.id] += 1
+        if self.keep_rule_lines and len(self.rule_lines[rule.id]) < 1000:
+            self.rule_lines[rule.id].append(line.number)
+        if tb is not None:
+            tb.explained = True
+        if self.hit_counts[rule.id] > MAX_HITS_PER_RULE:
+            return
+        rec = RecordedHit(Hit(rule.id, line, facts), rule, self.run, self.current_phase,
+                          frozenset(self.reached), self.last_time, tb)
+        self.hits.append(rec)
+        if tb is not None:
+            self.tb_hits[id(tb)].append(rec)
+        self.last_hit_by_stream[line.stream] = rec
+        if tb is None:
+            self.recent_untraced.append(rec)
+            if len(self.recent_untraced) > 8:
+                del self.recent_untraced[0]
+        if not self.reached:
+            self.pending_context.append(rec)
+
+    def _synthetic(self, line: Line, title: str, tb: TracebackEvent | None = None) -> None:
+        rid = "generic.unexplained-error"
+        self.hit_counts[rid] += 1
+        if self.hit_counts[rid] > MAX_HITS_PER_RULE:
+            return
+        rec = RecordedHit(Hit(rid, line, {}), None, self.run, self.current_phase,
+                          frozenset(self.reached), self.last_time, tb, synthetic_title=title)
+        self.hits.append(rec)
+        if not self.reached:
+            self.pending_context.append(rec)
+
+    # --- tracebacks ---------------------------------------------------------------------
+
+    def _open_tb(self, stream: str, line: Line) -> TracebackEvent:
+        tb = TracebackEvent(stream=stream, start=line, exception=None, frames=[])
+        # the error line just before a traceback is usually its summary ("EngineCore failed")
+        prev = self.last_hit_by_stream.get(stream)
+        if prev is not None and line.number - prev.hit.line.number <= 3 and prev.hit.line.source == line.source:
+            if prev.tb is None:
+                prev.tb = tb
+                self.tb_hits[id(tb)].append(prev)
+            if prev.rule is not None:
+                tb.explained = True
+        for rec in self.recent_untraced:
+            if rec.tb is None and rec.near_tb is None and 0 <= line.number - rec.hit.line.number <= 5:
+                rec.near_tb = tb
+        self.recent_untraced = []
+        self.open_tbs[stream] = tb
+        return tb
+
+    def _close_tb(self, stream: str, tb: TracebackEvent) -> None:
+        self.open_tbs.pop(stream, None)
+        if not tb.explained:
+            evidence = tb.exception or tb.start
+            title = "An exception no rule explains" if tb.exception else "A traceback cut before its exception line"
+            self._synthetic(evidence, title, tb)
+        self.tb_hits.pop(id(tb), None)
+
+    # --- markers ------------------------------------------------------------------------
+
+    def _active_engine(self) -> str | None:
+        if self.forced_engine:
+            return self.forced_engine
+        if not self.engine_scores:
+            return None
+        best = max(self.engine_scores.items(), key=lambda kv: kv[1])
+        return best[0] if best[1] >= ENGINE_MIN_SCORE else None
+
+    def _marker(self, mk: Marker, line: Line, engine: str | None) -> None:
+        what = mk.what
+        if what == "detect":
+            if mk.search(line.text):
+                self.engine_scores[mk.engine] += mk.weight
+                best = self._reason_weight.get(mk.engine, 0)
+                if mk.weight > best:
+                    # the strongest evidence seen names the engine in the report
+                    self._reason_weight[mk.engine] = mk.weight
+                    shown = (line.message.strip() or line.text.strip())[:120]
+                    self.engine_reason[mk.engine] = f"{line.source}:{line.number}: {shown}"
+            return
+        if engine is not None and mk.engine not in (engine,) and not (mk.engine == "generic" and engine == "generic"):
+            return
+        if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores:
+            # an engine is half-detected: its own markers are better than the generic guesses
+            return
+        m = mk.search(mk.target(line))
+        if m is None:
+            return
+        if what == "variants":
+            self.variant_scores[mk.variant or ""] += mk.weight
+        elif what == "version":
+            if self.version is None:
+                self.version = m.group("version")
+                self.version_engine = mk.engine
+        elif what == "phases":
+            self._phase(mk.phase or "", line)
+        elif what == "launch":
+            text = m.groupdict().get("repr") or ""
+            if mk.kind == "rust_debug" and text.rstrip().endswith("{"):
+                self._collect = (mk, [text], 0)
+                return
+            self.launch_raw[mk.engine].update(parse_repr(mk.kind or "", text))
+
+    def _collect_line(self, line: Line) -> None:
+        assert self._collect is not None
+        mk, parts, count = self._collect
+        parts.append(line.message.strip())
+        count += 1
+        if line.message.strip() in ("}", "},") or count > 400:
+            self._collect = None
+            self.launch_raw[mk.engine].update(parse_repr(mk.kind or "", " ".join(parts)))
+        else:
+            self._collect = (mk, parts, count)
+
+    def _phase(self, phase: str, line: Line) -> None:
+        idx = PHASE_INDEX[phase]
+        cur = PHASE_INDEX[self.current_phase] if self.current_phase else -1
+        if phase in ("start", "args") and cur >= PHASE_INDEX["distributed_init"]:
+            # the server started again: a new run begins
+            self.run += 1
+            self.timeline = []
+            self.reached = set()
+            self.current_phase = None
+            self.phase_last_line = {}
+            self.run_start_line = line.number
+            cur = -1
+        self.phase_last_line[phase] = line.number
+        if phase in self.reached:
+            return
+        self.reached.add(phase)
+        self.timeline.append(PhaseMark(phase, line.number, line.timestamp, line.source, line.message[:200]))
+        if idx > cur:
+            self.current_phase = phase
+        if self.pending_context:
+            for rec in self.pending_context:
+                if line.number - rec.hit.line.number <= CONTEXT_LINES and line.source == rec.hit.line.source:
+                    rec.phase_after = phase
+            self.pending_context = []
+
+    # --- end ----------------------------------------------------------------------------
+
+    def finish(self) -> ScanResult:
+        for stream, tb in list(self.open_tbs.items()):
+            self._close_tb(stream, tb)
+        engine = self._active_engine()
+        launch: dict[str, Any] = {}
+        names: dict[str, str] = {}
+        for prof in self.profiles.by_engine.values():
+            names.update(prof.names)
+        if engine:
+            names.update(self.profiles.get(engine).names)
+        # generic first, then the detected engine's dumps win
+        order = sorted(self.launch_raw, key=lambda e: (e == engine, e != "generic"))
+        for e in order:
+            launch.update(canonical_launch(self.launch_raw[e], names))
+        return ScanResult(
+            hits=self.hits, hit_counts=dict(self.hit_counts), timeline=self.timeline,
+            earlier_runs=self.run, engine_scores=dict(self.engine_scores),
+            engine_reason=self.engine_reason, variant_scores=dict(self.variant_scores),
+            version=self.version, launch=launch, lines=self.lineno, last_time=self.last_time,
+            unmatched_errors=self.unmatched_errors, unmatched_examples=self.unmatched_examples,
+            rule_lines=dict(self.rule_lines), phase_last_line=dict(self.phase_last_line),
+            run_start_line=self.run_start_line,
+        )

@@ -1,0 +1,233 @@
+"""The plain data every stage hands to the next: lines → hits → findings → diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# The failure taxonomy (DESIGN.md): class -> layer. Stable: JSON consumers depend on it.
+CLASS_LAYER: dict[str, str] = {
+    "oom": "memory",
+    "kv_cache_too_small": "memory",
+    "gpu_busy": "memory",
+    "preemption": "memory",
+    "tp_mismatch": "parallelism",
+    "nccl": "parallelism",
+    "port_in_use": "port",
+    "weights_format": "weights",
+    "driver": "environment",
+    "hang": "other",
+    "request": "other",
+    "unknown_error": "other",
+}
+CLASSES = frozenset(CLASS_LAYER)
+
+# Severities, most severe first. `ignore` rules explain a line (so it is not an unknown
+# error) but never become a finding: benign warnings, user interrupts.
+SEVERITIES = ("fatal", "error", "warning", "ignore")
+
+# Canonical startup phases, in the order a healthy start passes them.
+PHASES = (
+    "start",
+    "args",
+    "devices",
+    "distributed_init",
+    "load_weights",
+    "weights_loaded",
+    "kv_cache",
+    "cuda_graphs",
+    "listening",
+    "ready",
+    "serving",
+)
+PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+
+OOM_PHASES = ("load", "startup", "runtime")
+
+
+@dataclass(slots=True)
+class Line:
+    """One log line, with its origin and the fields split off its prefixes."""
+
+    source: str
+    number: int
+    text: str  # decoded, ANSI-stripped, without the line ending
+    message: str = ""  # text after all recognised prefixes
+    level: str | None = None
+    timestamp: str | None = None
+    process: str | None = None  # e.g. "VllmWorker rank=3 pid=1090", "TP0"
+    rank: int | None = None
+    pid: int | None = None
+    location: str | None = None  # e.g. "gpu_worker.py:276"
+    truncated: bool = False
+
+    @property
+    def stream(self) -> str:
+        """Which writer produced the line: tracebacks are grouped per stream."""
+        if self.pid is not None:
+            return f"pid={self.pid}"
+        if self.process:
+            return self.process
+        if self.rank is not None:
+            return f"rank{self.rank}"
+        return ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.number}"
+
+
+@dataclass(slots=True)
+class PhaseMark:
+    phase: str
+    line: int
+    time: str | None
+    source: str = ""
+    text: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "line": self.line, "time": self.time}
+
+
+@dataclass(slots=True)
+class Hit:
+    """A rule matched a line."""
+
+    rule_id: str
+    line: Line
+    facts: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TracebackEvent:
+    """A Python traceback folded into one event; its evidence is the exception line."""
+
+    stream: str
+    start: Line
+    exception: Line | None  # None when the log ends inside the traceback
+    frames: list[str]  # function names and file basenames, innermost last
+    explained: bool = False  # a rule matched inside it
+
+
+@dataclass(slots=True)
+class Finding:
+    rule: str
+    cls: str
+    severity: str
+    title: str
+    line: int
+    source: str
+    evidence: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    oom_phase: str | None = None
+    phase_inferred: str | None = None  # "stack" / "context" when not from the timeline
+    phase_at: str | None = None  # last timeline phase before the finding
+    time: str | None = None
+    ranks: list[int] = field(default_factory=list)
+    count: int = 1
+    consequence: bool = False  # a symptom of another failure ("worker died")
+    note: str | None = None
+    frames: list[str] = field(default_factory=list)  # stack around it (for advice; not in JSON)
+
+    @property
+    def layer(self) -> str:
+        return CLASS_LAYER[self.cls]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rule": self.rule,
+            "class": self.cls,
+            "layer": self.layer,
+            "oom_phase": self.oom_phase,
+            "severity": self.severity,
+            "line": self.line,
+            "evidence": self.evidence,
+            "facts": self.facts,
+        }
+        # Extra keys after the schema-1 core; consumers ignore what they do not know.
+        out["title"] = self.title
+        out["source"] = self.source
+        if self.time:
+            out["time"] = self.time
+        if self.phase_at:
+            out["phase_at"] = self.phase_at
+        if self.phase_inferred:
+            out["oom_phase_from"] = self.phase_inferred
+        if self.ranks:
+            out["ranks"] = self.ranks
+        if self.count > 1:
+            out["count"] = self.count
+        if self.consequence:
+            out["consequence"] = True
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclass(slots=True)
+class Change:
+    """One concrete parameter change (the advice format of DESIGN.md)."""
+
+    param: str
+    flag: str
+    to: str
+    why: str
+    verify: str
+    frm: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "param": self.param,
+            "flag": self.flag,
+            "from": self.frm,
+            "to": self.to,
+            "why": self.why,
+            "verify": self.verify,
+        }
+
+
+@dataclass(slots=True)
+class EngineInfo:
+    name: str = "unknown"
+    version: str | None = None
+    variant: str | None = None
+    reason: str | None = None  # why this engine was chosen (line or --engine)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "version": self.version, "variant": self.variant}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    source: str
+    engine: EngineInfo
+    status: str  # failed / degraded / ready / incomplete
+    last_phase: str | None
+    primary: Finding | None
+    findings: list[Finding]
+    timeline: list[PhaseMark]
+    launch: dict[str, Any]
+    advice: list[Change] = field(default_factory=list)
+    device: dict[str, Any] | None = None
+    kb: list[dict[str, Any]] = field(default_factory=list)
+    lines_read: int = 0
+    unmatched_errors: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "source": self.source,
+            "engine": self.engine.to_json(),
+            "status": self.status,
+            "last_phase": self.last_phase,
+            "primary": self.primary.to_json() if self.primary else None,
+            "findings": [f.to_json() for f in self.findings],
+            "timeline": [m.to_json() for m in self.timeline],
+            "launch": self.launch,
+            "device": self.device,
+            "advice": [c.to_json() for c in self.advice],
+            "kb": self.kb,
+        }

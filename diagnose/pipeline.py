@@ -1,0 +1,68 @@
+"""The scan pipeline: sources → lines → matcher → triage → advice → Diagnosis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .advice import advise
+from .engines import Profiles, load_profiles
+from .errors import InputError
+from .lines import Source, read_blocks, resolve_sources
+from .matcher import Scanner, ScanResult
+from .model import Diagnosis
+from .rules import RuleSet, load_rules
+from .triage import build_findings, detect_engine, hang_finding, last_phase, order, status_of
+
+
+@dataclass
+class Knowledge:
+    """Rules and engine profiles, loaded once per process."""
+
+    rules: RuleSet
+    profiles: Profiles
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, extra_dirs: list[str] | None = None) -> Knowledge:
+        rules = load_rules(extra_dirs)
+        profiles = load_profiles(extra_dirs)
+        if not rules.rules:
+            raise InputError("no usable rules: " + ("; ".join(rules.problems) or "the rules directory is empty"))
+        return cls(rules, profiles, rules.problems + profiles.problems)
+
+
+def scan_sources(sources: Iterable[Source], know: Knowledge, engine: str | None = None,
+                 keep_rule_lines: bool = False) -> ScanResult:
+    scanner = Scanner(know.rules, know.profiles, engine=engine, keep_rule_lines=keep_rule_lines)
+    for src in sources:
+        scanner.set_source(src.name)
+        for block in read_blocks(src):
+            scanner.feed(block)
+    return scanner.finish()
+
+
+def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str | None = None) -> Diagnosis:
+    info = detect_engine(result, engine)
+    findings = order(build_findings(result, know.profiles, info.name))
+    hang = hang_finding(result, result.timeline) if not any(f.severity == "fatal" for f in findings) else None
+    if hang is not None:
+        findings = order([*findings, hang])
+    primary = findings[0] if findings else None
+    rule = know.rules.by_id(primary.rule) if primary else None
+    advice = advise(primary, info.name, result.launch, know.profiles, rule=rule,
+                    frames=set(primary.frames) if primary else None)
+    return Diagnosis(
+        source=source_name, engine=info, status=status_of(findings, result.timeline),
+        last_phase=last_phase(result.timeline), primary=primary, findings=findings,
+        timeline=result.timeline, launch=result.launch, advice=advice,
+        lines_read=result.lines, unmatched_errors=result.unmatched_errors,
+    )
+
+
+def scan_paths(paths: list[str], know: Knowledge | None = None, engine: str | None = None) -> Diagnosis:
+    know = know or Knowledge.load()
+    sources = resolve_sources(paths)
+    result = scan_sources(sources, know, engine)
+    name = ", ".join(s.name for s in sources)
+    return diagnose(result, know, name, engine)

@@ -1,0 +1,212 @@
+"""Three renderers of one Diagnosis: calm rich text for people, JSON (schema 1), markdown."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .model import Diagnosis, Finding
+
+PHASE_LABEL = {
+    "start": "start", "args": "args", "devices": "devices", "distributed_init": "distributed init",
+    "load_weights": "loading weights", "weights_loaded": "weights loaded", "kv_cache": "KV-cache sizing",
+    "cuda_graphs": "CUDA-graph capture", "listening": "HTTP server up", "ready": "ready", "serving": "serving",
+}
+STATUS_MARK = {"failed": ("✗", "bold red"), "degraded": ("!", "bold yellow"),
+               "ready": ("✓", "bold green"), "incomplete": ("…", "bold cyan")}
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> '0–3, 5'."""
+    if not ranks:
+        return ""
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(str(start) if start == prev else f"{start}–{prev}")
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
+
+
+def describe(f: Finding) -> str:
+    s = f.title
+    if f.cls in ("oom", "kv_cache_too_small") and f.oom_phase:
+        when = {"load": "while loading weights", "startup": "during startup (after the weights loaded)",
+                "runtime": "while serving"}[f.oom_phase]
+        s += f" — {when}"
+    return s
+
+
+def verdict(d: Diagnosis) -> str:
+    p = d.primary
+    if d.status == "failed" and p:
+        return f"failed: {describe(p)}"
+    if d.status == "degraded" and p:
+        return f"degraded: {describe(p)}"
+    if d.status == "ready":
+        return "ready: startup completed, no failure found"
+    where = PHASE_LABEL.get(d.last_phase or "", d.last_phase or "before any startup phase")
+    return f"incomplete: the log ends during {where}, with no error"
+
+
+def _facts_text(facts: dict[str, Any]) -> str:
+    items = []
+    for k, v in facts.items():
+        if k == "self_listed":
+            continue
+        if k.endswith("_gib"):
+            items.append(f"{k[:-4]} {v} GiB")
+        else:
+            items.append(f"{k} {v}")
+    return " · ".join(items)
+
+
+def _phase_inferred_text(f: Finding) -> str:
+    return {"stack": "OOM phase inferred from the stack (no timeline in the log)",
+            "message": "OOM phase inferred from the message (no timeline in the log)",
+            "context": "OOM phase inferred from the phase other ranks were in",
+            "default": "OOM phase assumed: the log has no timeline and no telling stack"}.get(f.phase_inferred or "", "")
+
+
+def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
+    mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
+    eng = d.engine.name + (f" {d.engine.version}" if d.engine.version else "") + (
+        f" ({d.engine.variant})" if d.engine.variant else "")
+    head = Text()
+    head.append(f"{mark} {verdict(d)}", style=style)
+    head.append(f"   [{eng}]", style="dim")
+    console.print(head)
+    p = d.primary
+    if p:
+        console.print()
+        where = f"{p.source}:{p.line}"
+        extra = []
+        if p.ranks:
+            extra.append(f"rank{'s' if len(p.ranks) > 1 else ''} {ranks_text(p.ranks)}")
+        if p.time:
+            extra.append(p.time)
+        if p.phase_at:
+            extra.append(f"during {PHASE_LABEL.get(p.phase_at, p.phase_at)}")
+        console.print(Text.assemble(("  evidence  ", "bold"), (where, "cyan"),
+                                    ("  " + " · ".join(extra) if extra else "", "dim")))
+        console.print(Text("    " + p.evidence[:400], style="bold"))
+        info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
+        if p.phase_inferred:
+            info.append(_phase_inferred_text(p))
+        if p.facts:
+            info.append(_facts_text(p.facts))
+        if p.note:
+            info.append(p.note)
+        if p.count > 1:
+            info.append(f"seen {p.count} times")
+        for line in info:
+            console.print(Text("    " + line, style="dim"))
+    if d.timeline:
+        console.print()
+        t = Text("  timeline  ", style="bold")
+        for i, m in enumerate(d.timeline):
+            if i:
+                t.append(" → ", style="dim")
+            t.append(PHASE_LABEL.get(m.phase, m.phase))
+            t.append(f" {m.line}", style="dim")
+        if p and p.severity == "fatal":
+            t.append(" → ", style="dim")
+            t.append(f"✗ {p.line}", style="red")
+        console.print(t)
+    if d.advice:
+        console.print()
+        first = d.advice[0]
+        console.print(Text("  next change", style="bold"))
+        console.print(Text("    " + change_text(first), style="bold green"))
+        console.print(Text(f"    why     {first.why}"))
+        console.print(Text(f"    verify  {first.verify}", style="dim"))
+        if len(d.advice) > 1:
+            console.print(Text("  if that is not enough (one at a time)", style="bold"))
+            for c in d.advice[1:4]:
+                console.print(Text.assemble(("    " + change_text(c), "green"), (f"  {c.why}", "dim")))
+    others = [f for f in d.findings if f is not p]
+    if others:
+        console.print()
+        console.print(Text("  other findings", style="bold"))
+        for f in others[: None if show_all else 6]:
+            r = f" ranks {ranks_text(f.ranks)}" if len(f.ranks) > 1 else ""
+            tag = " (consequence)" if f.consequence else ""
+            console.print(Text.assemble((f"    {f.severity:<7} ", _sev_style(f.severity)),
+                                        (f"{f.source}:{f.line}", "cyan"),
+                                        f"  {describe(f)}{tag}", (r, "dim")))
+        if not show_all and len(others) > 6:
+            console.print(Text(f"    … {len(others) - 6} more (--all)", style="dim"))
+    if d.status == "incomplete" and d.last_phase:
+        from .triage import HANG_WAITS_ON
+
+        waits = HANG_WAITS_ON.get(d.last_phase)
+        if waits:
+            console.print()
+            console.print(Text(f"  if it stays in this phase, it usually waits on {waits};"
+                               " follow it live with `diagnose watch`", style="dim"))
+    console.print()
+    console.print(Text(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim"))
+
+
+def _sev_style(sev: str) -> str:
+    return {"fatal": "red", "error": "red", "warning": "yellow"}.get(sev, "")
+
+
+def change_text(c: Any) -> str:
+    if c.param.startswith("action:"):
+        return c.to
+    if c.param.startswith("env:") or c.param == "shm_size":
+        s = c.flag
+    elif c.to in ("true", "True") and c.flag.startswith("--") and c.param in ("enforce_eager", "trust_remote_code"):
+        s = c.flag
+    else:
+        s = f"{c.flag} {c.to}"
+    if c.frm is not None and c.frm != c.to:
+        s += f"   (was {c.frm})"
+    return s
+
+
+def render_json(d: Diagnosis) -> str:
+    return json.dumps(d.to_json(), indent=2, ensure_ascii=False, default=str)
+
+
+def render_markdown(d: Diagnosis) -> str:
+    mark = STATUS_MARK.get(d.status, ("?", ""))[0]
+    eng = d.engine.name + (f" {d.engine.version}" if d.engine.version else "") + (
+        f" ({d.engine.variant})" if d.engine.variant else "")
+    out = [f"### {mark} {verdict(d)}", "",
+           f"**Engine:** {eng} · **Status:** `{d.status}` · **Last phase:** `{d.last_phase or '—'}`", ""]
+    p = d.primary
+    if p:
+        rk = f", ranks {ranks_text(p.ranks)}" if len(p.ranks) > 1 else ""
+        out += [f"**Evidence** (`{p.source}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
+                + (f", OOM phase `{p.oom_phase}`" if p.oom_phase else "") + "):", "", "```",
+                p.evidence[:2000], "```", ""]
+        if p.facts:
+            out += ["**Facts:** " + _facts_text(p.facts), ""]
+    if d.advice:
+        c = d.advice[0]
+        out += ["**Next change:** `" + change_text(c) + "`", "", f"- why: {c.why}", f"- verify: {c.verify}", ""]
+        if len(d.advice) > 1:
+            out += ["**Alternatives** (one at a time):", ""]
+            out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
+            out += [""]
+    if d.timeline:
+        out += ["| phase | line | time |", "|---|---|---|"]
+        out += [f"| {PHASE_LABEL.get(m.phase, m.phase)} | {m.line} | {m.time or ''} |" for m in d.timeline]
+        out += [""]
+    others = [f for f in d.findings if f is not p]
+    if others:
+        out += ["**Other findings:**", ""]
+        out += [f"- {f.severity} `{f.source}:{f.line}` {describe(f)}"
+                + (" (consequence)" if f.consequence else "") for f in others[:10]]
+        out += [""]
+    out.append(f"<sub>diagnose · {d.lines_read} lines read</sub>")
+    return "\n".join(out)

@@ -1,0 +1,240 @@
+"""Rules as data: loading, validating and compiling the YAML files under rules/."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import regex
+import yaml
+
+from .errors import RuleError
+from .model import CLASSES, OOM_PHASES, SEVERITIES
+
+# A pathological pattern must not hang a scan: every search runs under this timeout.
+PATTERN_TIMEOUT_S = 0.25
+
+RULE_KEYS = {
+    "id": "required",
+    "engines": "required",
+    "class": "required",
+    "severity": "required",
+    "needles": "required",
+    "pattern": "required",
+    "title": "required",
+    "examples": "required",
+    "why": "optional",
+    "advice": "optional",
+    "consequence": "optional",
+    "oom_phase": "optional",
+    "scope": "optional",
+}
+ENGINES = {"vllm", "sglang", "tgi", "generic", "any"}
+ADVICE_KEYS = {"param", "to", "why"}
+_ID_RE = regex.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+@dataclass(slots=True)
+class Rule:
+    id: str
+    engines: list[str]
+    cls: str | None
+    severity: str
+    needles: list[str]
+    pattern: str
+    title: str
+    examples_match: list[str]
+    examples_no_match: list[str]
+    path: str
+    compiled: Any = None
+    why: str = ""
+    advice: list[dict[str, str]] = field(default_factory=list)
+    consequence: bool = False
+    oom_phase: str | None = None
+    scope: str = "message"  # match the message after prefixes, or the whole "text"
+
+    def search(self, text: str) -> Any:
+        try:
+            return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
+        except TimeoutError:
+            return None
+
+
+def builtin_rules_dir() -> Path:
+    """rules/ inside the installed package, or at the top of the source tree."""
+    try:
+        packaged = Path(str(resources.files("diagnose") / "rules"))
+        if packaged.is_dir():
+            return packaged
+    except (ModuleNotFoundError, TypeError):  # pragma: no cover
+        pass
+    return Path(__file__).resolve().parent.parent / "rules"
+
+
+def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
+    if not cond:
+        raise RuleError(path, rid, fld, problem)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def parse_rule(raw: Any, path: str, index: int) -> Rule:
+    """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
+    if not isinstance(raw, dict):
+        raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
+    rid = raw.get("id")
+    label = rid if isinstance(rid, str) else f"#{index + 1}"
+    for k in raw:
+        _need(k in RULE_KEYS, path, label, str(k), f"unknown key (allowed: {', '.join(sorted(RULE_KEYS))})")
+    for k, how in RULE_KEYS.items():
+        if how == "required" and k not in raw:
+            if k == "class" and raw.get("severity") == "ignore":
+                continue
+            raise RuleError(path, label, k, "missing")
+    _need(isinstance(rid, str) and bool(_ID_RE.match(rid)), path, label, "id",
+          "must be lower-case words joined by . - or _")
+    engines = raw["engines"]
+    _need(_str_list(engines) and bool(engines), path, label, "engines", "must be a non-empty list")
+    bad = [e for e in engines if e not in ENGINES]
+    _need(not bad, path, label, "engines", f"unknown engine {bad[0] if bad else ''!r} (allowed: {', '.join(sorted(ENGINES))})")
+    severity = raw["severity"]
+    _need(severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
+    cls = raw.get("class")
+    if severity != "ignore" or cls is not None:
+        _need(cls in CLASSES, path, label, "class", f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})")
+    needles = raw["needles"]
+    _need(_str_list(needles) and bool(needles) and all(needles), path, label, "needles",
+          "must be a non-empty list of non-empty strings")
+    pattern = raw["pattern"]
+    _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
+    try:
+        compiled = regex.compile(pattern)
+    except regex.error as e:
+        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    title = raw["title"]
+    _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
+    ex = raw["examples"]
+    _need(isinstance(ex, dict), path, label, "examples", "must be a mapping with 'match' and 'no_match'")
+    extra = set(ex) - {"match", "no_match"}
+    _need(not extra, path, label, "examples", f"unknown key {sorted(extra)[0] if extra else ''!r}")
+    for k in ("match", "no_match"):
+        _need(_str_list(ex.get(k)) and bool(ex.get(k)), path, label, f"examples.{k}",
+              "must be a non-empty list of log lines")
+    advice = raw.get("advice") or []
+    _need(isinstance(advice, list), path, label, "advice", "must be a list")
+    for a in advice:
+        _need(isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS, path, label, "advice",
+              f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}")
+    phase = raw.get("oom_phase")
+    _need(phase is None or phase in OOM_PHASES, path, label, "oom_phase", f"must be one of {OOM_PHASES}")
+    scope = raw.get("scope", "message")
+    _need(scope in ("message", "text"), path, label, "scope", "must be 'message' or 'text'")
+    cons = raw.get("consequence", False)
+    _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
+    rule = Rule(
+        id=rid, engines=list(engines), cls=cls, severity=severity, needles=list(needles),
+        pattern=pattern, title=title.strip(), examples_match=list(ex["match"]),
+        examples_no_match=list(ex["no_match"]), path=path, compiled=compiled,
+        why=str(raw.get("why") or "").strip(), advice=[dict(a) for a in advice],
+        consequence=cons, oom_phase=phase, scope=scope,
+    )
+    problem = check_examples(rule)
+    if problem:
+        raise RuleError(path, label, problem[0], problem[1])
+    return rule
+
+
+def rule_matches_text(rule: Rule, text: str) -> Any:
+    """Would the scanner report this rule on this raw log line? (prefilter + pattern)"""
+    from .lines import make_line
+
+    line = make_line("example", 1, text.encode("utf-8"))
+    if not any(n in line.text for n in rule.needles):
+        return None
+    return rule.search(line.message if rule.scope == "message" else line.text)
+
+
+def check_examples(rule: Rule) -> tuple[str, str] | None:
+    """A rule must match each of its match examples and none of its no_match ones."""
+    for e in rule.examples_match:
+        if not rule_matches_text(rule, e):
+            return "examples.match", f"pattern does not match its example: {e[:120]!r}"
+    for e in rule.examples_no_match:
+        if rule_matches_text(rule, e):
+            return "examples.no_match", f"pattern matches its no_match example: {e[:120]!r}"
+    return None
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise RuleError(str(path), None, None, f"not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(str(path), None, None, f"cannot read: {e}") from None
+
+
+@dataclass(slots=True)
+class RuleSet:
+    rules: list[Rule]
+    problems: list[str]  # one line per broken rule or file that was skipped
+
+    def by_id(self, rid: str) -> Rule | None:
+        for r in self.rules:
+            if r.id == rid:
+                return r
+        return None
+
+
+def rule_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.y*ml") if p.is_file())
+
+
+def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True) -> RuleSet:
+    """Load every rule file; a broken rule is reported and skipped, the rest still used."""
+    dirs: list[Path] = []
+    if include_builtin:
+        dirs.append(builtin_rules_dir())
+    for d in extra_dirs or []:
+        dirs.append(Path(d))
+    env = os.environ.get("DIAGNOSE_RULES")
+    if env:
+        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+    rules: list[Rule] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    for d in dirs:
+        if not d.is_dir():
+            problems.append(f"{d}: rules directory not found")
+            continue
+        for path in rule_files(d):
+            try:
+                data = _load_yaml(path)
+            except RuleError as e:
+                problems.append(str(e))
+                continue
+            if data is None:
+                continue
+            if not isinstance(data, list):
+                problems.append(f"{path}: a rule file must be a YAML list of rules")
+                continue
+            for i, raw in enumerate(data):
+                try:
+                    rule = parse_rule(raw, str(path), i)
+                except RuleError as e:
+                    problems.append(str(e))
+                    continue
+                if rule.id in seen:
+                    problems.append(f"{path}: rule {rule.id}: field 'id': duplicate (first in {seen[rule.id]})")
+                    continue
+                seen[rule.id] = str(path)
+                rules.append(rule)
+    return RuleSet(rules, problems)

@@ -1,0 +1,291 @@
+"""From rule hits to findings: OOM phase, merging across ranks, consequences, order, status."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from .engines import Profiles
+from .matcher import RecordedHit, ScanResult
+from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark
+
+LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "other"]
+CLASS_ORDER = ["gpu_busy", "kv_cache_too_small", "oom", "preemption", "tp_mismatch", "nccl",
+               "port_in_use", "weights_format", "driver", "hang", "request", "unknown_error"]
+SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2}
+MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
+RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
+
+# Default time a phase may take before a scan of a finished log calls it a hang (seconds).
+HANG_BUDGET_S = {"start": 300, "args": 300, "devices": 300, "distributed_init": 600,
+                 "load_weights": 3600, "weights_loaded": 900, "kv_cache": 900, "cuda_graphs": 900,
+                 "listening": 600}
+HANG_WAITS_ON = {
+    "start": "importing the engine and its kernels (disk, Python environment)",
+    "args": "resolving the model and its config (Hub access, disk)",
+    "devices": "GPU detection (driver, CUDA_VISIBLE_DEVICES)",
+    "distributed_init": "NCCL initialisation: all ranks must join (P2P, /dev/shm, firewall)",
+    "load_weights": "weight download or reading from disk (network, disk I/O)",
+    "weights_loaded": "memory profiling and torch.compile (compile cache directory writable?)",
+    "kv_cache": "KV-cache allocation or compilation",
+    "cuda_graphs": "CUDA-graph capture (another process on the GPU?)",
+    "listening": "the warm-up request (an HTTP proxy intercepting localhost?)",
+}
+
+_TS_PATTERNS = [
+    (re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"), "ymd"),
+    (re.compile(r"^(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"), "md"),
+    (re.compile(r"^(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$"), "hms"),
+]
+
+
+def seconds(ts: str | None) -> float | None:
+    """A log timestamp as seconds on one axis (year 2000 when the log prints none)."""
+    if not ts:
+        return None
+    for pat, kind in _TS_PATTERNS:
+        m = pat.match(ts)
+        if not m:
+            continue
+        g = [int(x) if x and i < len(m.groups()) - 1 else x for i, x in enumerate(m.groups())]
+        try:
+            if kind == "ymd":
+                dt = datetime(g[0], g[1], g[2], g[3], g[4], g[5])
+            elif kind == "md":
+                dt = datetime(2000, g[0], g[1], g[2], g[3], g[4])
+            else:
+                return g[0] * 3600 + g[1] * 60 + g[2]
+        except ValueError:
+            return None
+        return dt.timestamp()
+    return None
+
+
+def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
+    if forced:
+        info = EngineInfo(name=forced, reason="forced with --engine")
+    elif result.engine_scores:
+        name, score = max(result.engine_scores.items(), key=lambda kv: kv[1])
+        info = EngineInfo(name=name, reason=result.engine_reason.get(name))
+    else:
+        info = EngineInfo(name="generic", reason="no engine-specific line found")
+    if info.name == "vllm" and result.variant_scores:
+        info.variant = max(result.variant_scores.items(), key=lambda kv: kv[1])[0] or None
+    info.version = result.version
+    return info
+
+
+def _frames(rec: RecordedHit) -> list[str]:
+    out: list[str] = []
+    loc = rec.hit.line.location
+    if loc:
+        out.append(loc.rsplit("/", 1)[-1].split(":", 1)[0].removesuffix(".py"))
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None:
+            out.extend(tb.frames)
+            if tb.exception is not None and tb.exception.location:
+                out.append(tb.exception.location.split(":", 1)[0].removesuffix(".py"))
+    return out
+
+
+def stack_phase(frames: list[str], profiles: Profiles, engine: str) -> str | None:
+    names = set(frames)
+    if not names:
+        return None
+    hints = list(profiles.get(engine).stack_hints) if engine != "generic" else []
+    hints += profiles.get("generic").stack_hints
+    for phase, tokens in hints:
+        if names & tokens:
+            return phase
+    return None
+
+
+def _phase_from_marks(phase: str | None) -> str | None:
+    if phase is None:
+        return None
+    idx = PHASE_INDEX[phase]
+    if idx >= PHASE_INDEX["serving"]:
+        return "runtime"
+    if idx >= PHASE_INDEX["weights_loaded"]:
+        return "startup"
+    if phase == "load_weights":
+        return "load"
+    return None
+
+
+def oom_phase(rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles,
+              engine: str) -> tuple[str, str | None]:
+    """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context')."""
+    if cls == "kv_cache_too_small":
+        return "startup", None
+    reached = rec.reached
+    if "serving" in reached:
+        return "runtime", None
+    if "ready" in reached:
+        ready_t = next((seconds(m.time) for m in result.timeline if m.phase == "ready"), None)
+        now = seconds(rec.hit.line.timestamp or rec.last_time)
+        if ready_t is not None and now is not None and now - ready_t > RUNTIME_AFTER_READY_S:
+            return "runtime", None
+        return "startup", None
+    from_marks = _phase_from_marks(rec.phase_at)
+    if from_marks:
+        return from_marks, None
+    st = stack_phase(_frames(rec), profiles, engine)
+    if st:
+        return st, "stack"
+    if rec.rule is not None and rec.rule.oom_phase:
+        return rec.rule.oom_phase, "message"
+    ctx = _phase_from_marks(rec.phase_after)
+    if ctx:
+        return ctx, "context"
+    if rec.phase_at is not None:
+        # before weights started loading: CUDA context, NCCL buffers, model construction
+        return "load", None
+    return "startup", "default"
+
+
+def _mask(text: str) -> str:
+    return re.sub(r"0x[0-9a-f]+|\d+(?:\.\d+)?", "#", text)
+
+
+def _specificity(rec: RecordedHit) -> int:
+    if rec.rule is None:
+        return 0
+    score = 1
+    if "any" not in rec.rule.engines:
+        score += 2
+    if rec.rule.oom_phase:
+        score += 1
+    return score
+
+
+def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[Finding]:
+    last_run = result.earlier_runs
+    ready_line = result.phase_last_line.get("ready")
+    first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
+    later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
+    raw: list[tuple[RecordedHit, Finding]] = []
+    for rec in result.hits:
+        rule = rec.rule
+        if rule is not None and rule.severity == "ignore":
+            continue
+        line = rec.hit.line
+        cls = rule.cls if rule is not None and rule.cls else "unknown_error"
+        severity = rule.severity if rule is not None else "fatal"
+        title = rule.title if rule is not None else (rec.synthetic_title or "An error no rule explains")
+        f = Finding(
+            rule=rec.hit.rule_id, cls=cls, severity=severity, title=title, line=line.number,
+            source=line.source, evidence=line.message.strip() or line.text.strip(),
+            facts=dict(rec.hit.facts), phase_at=rec.phase_at, time=line.timestamp or rec.last_time,
+            ranks=[line.rank] if line.rank is not None else [],
+            consequence=bool(rule.consequence) if rule is not None else False,
+            frames=_frames(rec),
+        )
+        if cls in ("oom", "kv_cache_too_small"):
+            f.oom_phase, f.phase_inferred = oom_phase(rec, cls, result, profiles, engine)
+        if rec.run < last_run:
+            f.severity = "warning"
+            f.note = f"from an earlier run; the server was restarted at line {result.run_start_line}"
+        elif severity == "fatal" and first_ready is not None and first_ready > line.number:
+            f.severity = "warning"
+            f.note = f"the server still became ready afterwards (line {first_ready})"
+        elif rule is None and later_progress > line.number and ready_line is not None:
+            f.severity = "warning"
+            f.note = f"the server kept running afterwards (line {later_progress})"
+        raw.append((rec, f))
+    return _merge(raw)
+
+
+def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
+    """One finding per event: the same class on several ranks, or a summary line plus its traceback."""
+    groups: list[list[tuple[RecordedHit, Finding]]] = []
+    for rec, f in raw:
+        for g in groups:
+            head = g[0][1]
+            if (head.cls == f.cls and head.source == f.source and g[0][0].run == rec.run
+                    and abs(f.line - g[-1][1].line) <= MERGE_DISTANCE
+                    and (head.severity == f.severity or head.cls != "unknown_error")):
+                g.append((rec, f))
+                break
+        else:
+            groups.append([(rec, f)])
+    out: list[Finding] = []
+    for g in groups:
+        best_rec, best = max(g, key=lambda rf: (-SEVERITY_RANK.get(rf[1].severity, 9), _specificity(rf[0]),
+                                                -rf[1].line))
+        earliest = min(g, key=lambda rf: rf[1].line)[1]
+        merged = Finding(**{k: getattr(best, k) for k in best.__slots__})  # type: ignore[attr-defined]
+        merged.facts = {}
+        ranks: set[int] = set()
+        merged.frames = []
+        for _rec, f in sorted(g, key=lambda rf: -_specificity(rf[0])):
+            for k, v in f.facts.items():
+                merged.facts.setdefault(k, v)
+            ranks.update(f.ranks)
+            merged.frames.extend(f.frames)
+        merged.ranks = sorted(ranks)
+        merged.count = len(g)
+        merged.severity = min((f.severity for _r, f in g), key=lambda s: SEVERITY_RANK.get(s, 9))
+        merged.consequence = all(f.consequence for _r, f in g)
+        if merged.oom_phase is None:
+            merged.oom_phase = next((f.oom_phase for _r, f in g if f.oom_phase), None)
+        if best.phase_inferred and earliest.oom_phase and not earliest.phase_inferred:
+            merged.oom_phase, merged.phase_inferred = earliest.oom_phase, None
+        out.append(merged)
+    return out
+
+
+def _sort_key(f: Finding) -> tuple[Any, ...]:
+    return (SEVERITY_RANK.get(f.severity, 9), f.consequence, LAYER_ORDER.index(CLASS_LAYER[f.cls]),
+            CLASS_ORDER.index(f.cls), f.line)
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Triage order, and errors that follow another cause marked as its consequences."""
+    first_memory = min((f.line for f in findings if f.layer == "memory" and f.severity == "fatal"
+                        and not f.consequence), default=None)
+    first_named = min((f.line for f in findings if f.cls != "unknown_error" and f.severity == "fatal"),
+                      default=None)
+    for f in findings:
+        if first_memory is not None and f.cls == "nccl" and f.line > first_memory and f.severity == "fatal":
+            f.consequence = True
+            f.note = f.note or f"follows the memory failure at line {first_memory}"
+        if (f.cls == "unknown_error" and not f.consequence and first_named is not None
+                and f.line > first_named and f.rule == "generic.unexplained-error"):
+            f.consequence = True
+    return sorted(findings, key=_sort_key)
+
+
+def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | None:
+    """A finished log whose last phase ran past its budget with no error: stuck there."""
+    if not timeline or "ready" in {m.phase for m in timeline}:
+        return None
+    last = max(timeline, key=lambda m: PHASE_INDEX[m.phase])
+    budget = HANG_BUDGET_S.get(last.phase)
+    t0, t1 = seconds(last.time), seconds(result.last_time)
+    if budget is None or t0 is None or t1 is None or t1 - t0 <= budget:
+        return None
+    return Finding(
+        rule="generic.hang", cls="hang", severity="error",
+        title=f"No progress in {last.phase} for {int(t1 - t0)} s (budget {budget} s)",
+        line=last.line, source=last.source, evidence=last.text, phase_at=last.phase, time=last.time,
+        facts={"phase": last.phase, "stuck_s": int(t1 - t0), "budget_s": budget},
+        note=f"this phase usually waits on {HANG_WAITS_ON.get(last.phase, 'I/O')}",
+    )
+
+
+def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
+    if any(f.severity == "fatal" for f in findings):
+        return "failed"
+    if findings:
+        return "degraded"
+    if any(m.phase in ("ready", "serving") for m in timeline):
+        return "ready"
+    return "incomplete"
+
+
+def last_phase(timeline: list[PhaseMark]) -> str | None:
+    if not timeline:
+        return None
+    return max(timeline, key=lambda m: PHASE_INDEX[m.phase]).phase
