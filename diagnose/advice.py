@@ -135,8 +135,16 @@ class Advisor:
         elif fl.startswith("env:"):
             fl = f"{fl[4:]}={to_s}"
         frm_s = None if frm is None else (fmt_util(frm) if isinstance(frm, float) else str(frm))
-        self.out.append(Change(param=param, flag=fl, frm=frm_s, to=to_s, why=why,
-                               verify=VERIFY.get(f.cls, VERIFY["unknown_error"])))
+        self.out.append(
+            Change(
+                param=param,
+                flag=fl,
+                frm=frm_s,
+                to=to_s,
+                why=why,
+                verify=VERIFY.get(f.cls, VERIFY["unknown_error"]),
+            )
+        )
 
     # --- parameters -------------------------------------------------------------------
 
@@ -145,8 +153,12 @@ class Advisor:
         to = min(util_down(cur), UTIL_MAX)
         if to <= 0.3:
             return
-        self.add("gpu_memory_utilization", to,
-                 f"leaves {round((cur - to) * 100)} % more of the GPU outside the engine's budget{why_extra}", cur)
+        self.add(
+            "gpu_memory_utilization",
+            to,
+            f"leaves {round((cur - to) * 100)} % more of the GPU outside the engine's budget{why_extra}",
+            cur,
+        )
 
     def util_raise(self, why: str) -> bool:
         cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
@@ -164,7 +176,9 @@ class Advisor:
 
     def tp_valid(self, want_more: bool) -> None:
         f = self.ctx.finding
-        known = self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
+        known = (
+            self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
+        )
         cur = _as_int(known) or 1
         gpus = _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
         heads = _as_int(f.facts.get("heads") or f.facts.get("numerator"))
@@ -175,23 +189,35 @@ class Advisor:
             to = cur * 2
             if gpus is not None and to > gpus:
                 return
-            self.add("tensor_parallel_size", to,
-                     f"splits the weights over {to} GPUs instead of {cur}, halving what each must hold", cur)
+            self.add(
+                "tensor_parallel_size",
+                to,
+                f"splits the weights over {to} GPUs instead of {cur}, halving what each must hold",
+                cur,
+            )
             return
         if known is None and gpus is None and not heads:
-            self.add("tensor_parallel_size", "a divisor of the model's (KV) heads",
-                     "the log shows neither the size used nor the head count; config.json has "
-                     "num_attention_heads and num_key_value_heads")
+            self.add(
+                "tensor_parallel_size",
+                "a divisor of the model's (KV) heads",
+                "the log shows neither the size used nor the head count; config.json has "
+                "num_attention_heads and num_key_value_heads",
+            )
             return
         cap = gpus if gpus is not None else max(1, cur - 1)
         if heads:
             options = divisors_at_most(heads, cap)
             to = options[-1] if options else 1
-            why = f"{heads} heads split evenly over {to} ranks" + (f" and {gpus} GPUs are visible" if gpus else "")
+            why = f"{heads} heads split evenly over {to} ranks" + (
+                f" and {gpus} GPUs are visible" if gpus else ""
+            )
         else:
             to = power_of_two_at_most(cap)
-            why = (f"only {gpus} GPUs are visible" if gpus is not None else
-                   f"{cur} does not fit; a power of two divides the heads of nearly every model")
+            why = (
+                f"only {gpus} GPUs are visible"
+                if gpus is not None
+                else f"{cur} does not fit; a power of two divides the heads of nearly every model"
+            )
         if to == cur:
             return
         self.add("tensor_parallel_size", to, why, cur)
@@ -209,7 +235,7 @@ class Advisor:
     def from_rule(self) -> None:
         """The rule's own suggestions, for anything the class logic did not cover."""
         rule = getattr(self, "_rule", None)
-        for a in (rule.advice if rule is not None else []):
+        for a in rule.advice if rule is not None else []:
             param = a["param"]
             to = a.get("to")
             if to is not None:
@@ -231,62 +257,118 @@ class Advisor:
         elif param == "tensor_parallel_size":
             self.tp_valid(want_more=f.cls in ("oom", "kv_cache_too_small", "preemption"))
         elif param == "max_num_seqs":
-            self.halve("max_num_seqs", 256, "fewer concurrent sequences need fewer KV blocks and less activation memory")
+            self.halve(
+                "max_num_seqs",
+                256,
+                "fewer concurrent sequences need fewer KV blocks and less activation memory",
+            )
         elif param == "max_num_batched_tokens":
-            self.halve("max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak", 512)
+            self.halve(
+                "max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak", 512
+            )
         elif param == "cuda_graph_max_bs":
             self.halve("cuda_graph_max_bs", 160, "smaller captured batches need less graph memory", 8)
         elif param == "kv_cache_dtype":
             if str(self.ctx.current("kv_cache_dtype") or "auto").startswith("fp8"):
                 return
-            self.add("kv_cache_dtype", "fp8", "an fp8 KV cache holds twice the tokens in the same memory",
-                     self.ctx.current("kv_cache_dtype"))
+            self.add(
+                "kv_cache_dtype",
+                "fp8",
+                "an fp8 KV cache holds twice the tokens in the same memory",
+                self.ctx.current("kv_cache_dtype"),
+            )
         elif param == "enforce_eager":
-            self.add("enforce_eager", "true", "skips CUDA-graph capture and its memory (slower decoding)", "false")
+            self.add(
+                "enforce_eager", "true", "skips CUDA-graph capture and its memory (slower decoding)", "false"
+            )
         elif param == "quantization":
-            self.add("quantization", "fp8", "fp8 weights need half the memory of bf16 (Ada/Hopper GPUs or newer)",
-                     self.ctx.current("quantization"))
+            self.add(
+                "quantization",
+                "fp8",
+                "fp8 weights need half the memory of bf16 (Ada/Hopper GPUs or newer)",
+                self.ctx.current("quantization"),
+            )
         elif param == "max_model_len":
             cur = _as_int(self.ctx.current("max_model_len"))
             if cur:
-                self.add("max_model_len", len_down(cur // 2), "halves the longest sequence the KV cache must hold", cur)
+                self.add(
+                    "max_model_len",
+                    len_down(cur // 2),
+                    "halves the longest sequence the KV cache must hold",
+                    cur,
+                )
         elif param == "port":
             self.port()
         elif param in ("nccl_port", "master_port"):
             self.add(param, "a free port", "an internal rendezvous port collides with another process")
         elif param == "shm_size":
-            self.add("shm_size", "16g", "NCCL needs more /dev/shm than a container's 64 MB default (or run with --ipc=host)")
+            self.add(
+                "shm_size",
+                "16g",
+                "NCCL needs more /dev/shm than a container's 64 MB default (or run with --ipc=host)",
+            )
         elif param == "env:NCCL_DEBUG":
             self.add(param, "INFO", "NCCL then logs which transport and peer fail")
         elif param == "env:NCCL_P2P_DISABLE":
             self.add(param, "1", "peer-to-peer over PCIe is a frequent cause of NCCL errors and hangs")
         elif param == "env:NCCL_SHM_DISABLE":
-            self.add(param, "1", "falls back from the /dev/shm transport when shared memory cannot be enlarged")
+            self.add(
+                param, "1", "falls back from the /dev/shm transport when shared memory cannot be enlarged"
+            )
         elif param == "env:CUDA_VISIBLE_DEVICES":
-            self.add(param, "<idle GPU ids>", "start the server on GPUs no other process uses (check `nvidia-smi`)")
+            self.add(
+                param, "<idle GPU ids>", "start the server on GPUs no other process uses (check `nvidia-smi`)"
+            )
         elif param == "action:free_gpu":
             self.free_gpu()
         elif param == "action:free_port":
             port = f.facts.get("port")
-            self.add(param, f"stop the process holding port {port}" if port else "stop leftover server/worker processes",
-                     "a previous instance (or its workers) still holds the port")
+            self.add(
+                param,
+                f"stop the process holding port {port}" if port else "stop leftover server/worker processes",
+                "a previous instance (or its workers) still holds the port",
+            )
         elif param == "action:reinstall":
-            self.add(param, "reinstall the engine and its CUDA extensions for the installed torch",
-                     "a compiled package does not match the environment")
+            self.add(
+                param,
+                "reinstall the engine and its CUDA extensions for the installed torch",
+                "a compiled package does not match the environment",
+            )
         elif param == "action:expose_gpu":
-            self.add(param, "run with --gpus all (Docker) / the NVIDIA runtime, and check `nvidia-smi` inside",
-                     "the process cannot see any GPU")
+            self.add(
+                param,
+                "run with --gpus all (Docker) / the NVIDIA runtime, and check `nvidia-smi` inside",
+                "the process cannot see any GPU",
+            )
         elif param == "engine_version":
-            self.add(param, "a release that supports this model", "the installed engine does not know this architecture or build")
+            self.add(
+                param,
+                "a release that supports this model",
+                "the installed engine does not know this architecture or build",
+            )
         elif param == "trust_remote_code":
-            self.add(param, "true", "the checkpoint ships its own code; read it first, it runs on your machine", "false")
+            self.add(
+                param,
+                "true",
+                "the checkpoint ships its own code; read it first, it runs on your machine",
+                "false",
+            )
         elif param == "model":
-            self.add(param, "re-download the checkpoint (verify file sizes/hashes)", "a shard is missing or corrupt")
+            self.add(
+                param,
+                "re-download the checkpoint (verify file sizes/hashes)",
+                "a shard is missing or corrupt",
+            )
         elif param == "max_tokens":
-            self.add(param, "lower it in the request (prompt + max_tokens ≤ max_model_len)",
-                     "the request asks for more tokens than the context holds")
+            self.add(
+                param,
+                "lower it in the request (prompt + max_tokens ≤ max_model_len)",
+                "the request asks for more tokens than the context holds",
+            )
         elif param == "schedule_conservativeness":
-            self.add(param, 1.3, "admits fewer new requests while the pool is near full", self.ctx.current(param))
+            self.add(
+                param, 1.3, "admits fewer new requests while the pool is near full", self.ctx.current(param)
+            )
         elif param.startswith("env:"):
             self.add(param, "1", f"see `diagnose rules show {f.rule}`")
 
@@ -296,8 +378,12 @@ class Advisor:
         if port is None:
             return
         new = free_port(port + 1)
-        self.add("port", new if new is not None else port + 1,
-                 f"port {port} is taken" + (f"; {new} is free on this host now" if new else ""), port)
+        self.add(
+            "port",
+            new if new is not None else port + 1,
+            f"port {port} is taken" + (f"; {new} is free on this host now" if new else ""),
+            port,
+        )
 
     def free_gpu(self) -> None:
         f = self.ctx.finding
@@ -321,11 +407,17 @@ class Advisor:
         frac = _as_float(f.facts.get("min_fraction"))
         if frac:
             to = min(UTIL_MAX, math.ceil((frac + 0.01) / 0.01) * 0.01)
-            self.add("gpu_memory_utilization", round(to, 2), f"the log says the minimum viable fraction is {frac}",
-                     _as_float(f.facts.get("mem_fraction_static2")))
+            self.add(
+                "gpu_memory_utilization",
+                round(to, 2),
+                f"the log says the minimum viable fraction is {frac}",
+                _as_float(f.facts.get("mem_fraction_static2")),
+            )
         if f.facts.get("max_total_tokens") and self.ctx.engine == "tgi":
             n = _as_int(f.facts["max_total_tokens"]) or 0
-            self.add("max_model_len", len_down(n // 2), f"{n} total tokens per request do not fit the KV blocks", n)
+            self.add(
+                "max_model_len", len_down(n // 2), f"{n} total tokens per request do not fit the KV blocks", n
+            )
         self.util_raise("gives the KV cache more of each GPU")
         self.generic("kv_cache_dtype")
         self.tp_valid(want_more=True)
@@ -347,8 +439,12 @@ class Advisor:
                 self.free_gpu()
             graphs = f.phase_at == "cuda_graphs" or bool(self.ctx.frames & GRAPH_FRAMES) or "graph" in f.rule
             if eng == "tgi":
-                self.halve("max_num_batched_tokens", _as_int(f.facts.get("prefill_tokens")) or 4096,
-                           "TGI warms up with one batch of max-batch-prefill-tokens", 512)
+                self.halve(
+                    "max_num_batched_tokens",
+                    _as_int(f.facts.get("prefill_tokens")) or 4096,
+                    "TGI warms up with one batch of max-batch-prefill-tokens",
+                    512,
+                )
                 self.util_lower()
                 return
             if graphs and eng == "sglang":
@@ -362,12 +458,17 @@ class Advisor:
                 self.generic("cuda_graph_max_bs")
                 return
             profiling = f.phase_at in (None, "weights_loaded", "load_weights") or bool(
-                self.ctx.frames & {"profile_run", "_dummy_run", "_dummy_sampler_run", "determine_num_available_blocks"})
+                self.ctx.frames
+                & {"profile_run", "_dummy_run", "_dummy_sampler_run", "determine_num_available_blocks"}
+            )
             if profiling and eng != "sglang":
                 if "limit_mm_per_prompt" in self.ctx.launch:
-                    self.add("limit_mm_per_prompt", "fewer images/videos per prompt",
-                             "the profiling pass builds a dummy batch with the maximum multimodal inputs",
-                             self.ctx.launch["limit_mm_per_prompt"])
+                    self.add(
+                        "limit_mm_per_prompt",
+                        "fewer images/videos per prompt",
+                        "the profiling pass builds a dummy batch with the maximum multimodal inputs",
+                        self.ctx.launch["limit_mm_per_prompt"],
+                    )
                 self.generic("max_num_seqs")
                 self.generic("max_num_batched_tokens")
                 self.util_lower()
@@ -380,20 +481,31 @@ class Advisor:
         reserved = _as_float(f.facts.get("reserved_unallocated_gib")) or 0.0
         total = _as_float(f.facts.get("total_gib")) or 0.0
         if reserved >= 1.0 or (total and reserved >= 0.05 * total):
-            self.add("env:PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
-                     f"{reserved} GiB are reserved but unallocated: the memory is fragmented")
+            self.add(
+                "env:PYTORCH_CUDA_ALLOC_CONF",
+                "expandable_segments:True",
+                f"{reserved} GiB are reserved but unallocated: the memory is fragmented",
+            )
         cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
         if cur > 0.9:
             self.util_lower(" for the activations of concurrent requests")
         if eng == "sglang":
-            self.halve("max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak of long prompts", 512)
+            self.halve(
+                "max_num_batched_tokens",
+                8192,
+                "smaller prefill chunks lower the activation peak of long prompts",
+                512,
+            )
             self.generic("max_num_seqs")
             self.util_lower()
             return
         self.generic("max_num_batched_tokens")
         self.generic("max_num_seqs")
-        self.add("env:PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
-                 "reduces fragmentation, the usual cause of OOMs after hours of serving")
+        self.add(
+            "env:PYTORCH_CUDA_ALLOC_CONF",
+            "expandable_segments:True",
+            "reduces fragmentation, the usual cause of OOMs after hours of serving",
+        )
 
     def for_gpu_busy(self) -> None:
         f = self.ctx.finding
@@ -403,8 +515,12 @@ class Advisor:
         if free is not None and total:
             to = math.floor(free / total / UTIL_STEP) * UTIL_STEP
             if to >= 0.3:
-                self.add("gpu_memory_utilization", round(min(to, UTIL_MAX), 2),
-                         f"fits in the {free} of {total} GiB that are free", self.ctx.current("gpu_memory_utilization"))
+                self.add(
+                    "gpu_memory_utilization",
+                    round(min(to, UTIL_MAX), 2),
+                    f"fits in the {free} of {total} GiB that are free",
+                    self.ctx.current("gpu_memory_utilization"),
+                )
 
     def for_preemption(self) -> None:
         self.generic("max_num_seqs")
@@ -423,15 +539,21 @@ class Advisor:
 
     def for_port_in_use(self) -> None:
         f = self.ctx.finding
-        internal = f.facts.get("port") is None and f.rule == "any.port-in-use.errno98" and (
-            "TCPStore" in f.evidence or "server socket" in f.evidence or not self._http_context())
+        internal = (
+            f.facts.get("port") is None
+            and f.rule == "any.port-in-use.errno98"
+            and ("TCPStore" in f.evidence or "server socket" in f.evidence or not self._http_context())
+        )
         if internal:
             self.generic("action:free_port")
             if self.ctx.engine == "sglang":
                 self.generic("nccl_port")
             else:
-                self.add("master_port", "a free port (VLLM_PORT / MASTER_PORT)",
-                         "an internal rendezvous port collides with a leftover process")
+                self.add(
+                    "master_port",
+                    "a free port (VLLM_PORT / MASTER_PORT)",
+                    "an internal rendezvous port collides with a leftover process",
+                )
             return
         self.port()
         self.generic("action:free_port")
@@ -447,11 +569,44 @@ class Advisor:
             self.generic("shm_size")
 
 
-def advise(finding: Finding | None, engine: str, launch: dict[str, Any], profiles: Profiles,
-           rule: Any = None, frames: set[str] | None = None) -> list[Change]:
+def advise(
+    finding: Finding | None,
+    engine: str,
+    launch: dict[str, Any],
+    profiles: Profiles,
+    rule: Any = None,
+    frames: set[str] | None = None,
+) -> list[Change]:
     if finding is None:
         return []
     ctx = Context(finding=finding, engine=engine, launch=launch, profiles=profiles, frames=frames or set())
     adv = Advisor(ctx)
     adv._rule = rule  # type: ignore[attr-defined]
     return adv.run()
+
+
+# Phases where a log that simply stops is, far more often than not, a stall worth acting on.
+STALL_PRONE = {"distributed_init"}
+
+
+def advise_incomplete(
+    last_phase: str | None, engine: str, launch: dict[str, Any], profiles: Profiles
+) -> list[Change]:
+    """A log that ends mid-startup with no error: what to try if it stays in that phase."""
+    if last_phase not in STALL_PRONE:
+        return []
+    stall = Finding(
+        rule="generic.stall",
+        cls="hang",
+        severity="warning",
+        title="",
+        line=0,
+        source="",
+        evidence="",
+        phase_at=last_phase,
+        facts={"phase": last_phase},
+    )
+    changes = advise(stall, engine, launch, profiles)
+    for c in changes:
+        c.why = f"if it stays in distributed init: {c.why}"
+    return changes

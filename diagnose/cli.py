@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -16,7 +16,9 @@ from .errors import InputError
 
 app = typer.Typer(
     help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",
-    no_args_is_help=False, add_completion=False, pretty_exceptions_enable=False,
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 rules_app = typer.Typer(help="List, explain and test the rules.", no_args_is_help=True)
@@ -28,7 +30,7 @@ EXIT_FOUND = 1  # a failure (or degradation) was found
 EXIT_USAGE = 2  # usage or input error
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
     markdown = "markdown"
@@ -47,7 +49,9 @@ def _warn(msg: str) -> None:
 
 
 RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
-EngineOpt = Annotated[str | None, typer.Option("--engine", help="Force the engine: vllm, sglang, tgi, generic.")]
+EngineOpt = Annotated[
+    str | None, typer.Option("--engine", help="Force the engine: vllm, sglang, tgi, generic.")
+]
 
 
 def _knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
@@ -61,7 +65,9 @@ def _knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
 
 @app.command()
 def scan(
-    files: Annotated[list[str] | None, typer.Argument(help="Log files (.gz too); '-' or none reads stdin.")] = None,
+    files: Annotated[
+        list[str] | None, typer.Argument(help="Log files (.gz too); '-' or none reads stdin.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the schema-1 JSON diagnosis.")] = False,
     fmt: Annotated[Format, typer.Option("--format", help="text, json or markdown.")] = Format.text,
     engine: EngineOpt = None,
@@ -75,7 +81,9 @@ def scan(
     if engine and engine not in ("vllm", "sglang", "tgi", "generic"):
         raise typer.BadParameter(f"unknown engine {engine!r}", param_hint="--engine")
     if not files and sys.stdin is not None and sys.stdin.isatty():
-        raise typer.BadParameter("no log given: pass a file, or pipe the log into diagnose", param_hint="FILES")
+        raise typer.BadParameter(
+            "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
+        )
     d = scan_paths(list(files or ["-"]), _knowledge(rules), engine)
     if json_out or fmt is Format.json:
         print(render_json(d))
@@ -99,7 +107,9 @@ def rules_list(rules: RulesOpt = None) -> None:
 
 
 @rules_app.command("show")
-def rules_show(rule_id: Annotated[str, typer.Argument(help="Rule id, e.g. torch.oom")], rules: RulesOpt = None) -> None:
+def rules_show(
+    rule_id: Annotated[str, typer.Argument(help="Rule id, e.g. torch.oom")], rules: RulesOpt = None
+) -> None:
     """What a rule catches, why it happens, a real example and the change it leads to."""
     from .engines import flag_for
 
@@ -129,14 +139,18 @@ def rules_show(rule_id: Annotated[str, typer.Argument(help="Rule id, e.g. torch.
         c.print()
         c.print(Text("The change (first applicable, one at a time)", style="bold"))
         for a in r.advice:
-            spell = ", ".join(f"{e}: {flag_for(know.profiles, e, a['param'])}" for e in ("vllm", "sglang", "tgi"))
+            spell = ", ".join(
+                f"{e}: {flag_for(know.profiles, e, a['param'])}" for e in ("vllm", "sglang", "tgi")
+            )
             c.print(Text(f"  {a['param']}" + (f" → {a['to']}" if a.get("to") else "") + f"   ({spell})"))
     c.print(Text(f"\n  defined in {r.path}", style="dim"))
 
 
 @rules_app.command("test")
 def rules_test(
-    log: Annotated[str | None, typer.Argument(help="A log to run the rules over (like fail2ban-regex).")] = None,
+    log: Annotated[
+        str | None, typer.Argument(help="A log to run the rules over (like fail2ban-regex).")
+    ] = None,
     rules: RulesOpt = None,
 ) -> None:
     """Run every rule's examples; with a log, show which rules hit which lines."""
@@ -177,7 +191,9 @@ def _root(ctx: typer.Context) -> None:
     """With a log piped in and no command, `diagnose` means `diagnose scan -`."""
     if ctx.invoked_subcommand is None:
         if sys.stdin is not None and not sys.stdin.isatty():
-            ctx.invoke(scan, files=["-"], json_out=False, fmt=Format.text, engine=None, rules=None, show_all=False)
+            ctx.invoke(
+                scan, files=["-"], json_out=False, fmt=Format.text, engine=None, rules=None, show_all=False
+            )
         else:
             typer.echo(ctx.get_help())
             raise typer.Exit(EXIT_USAGE)
@@ -201,10 +217,9 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(EXIT_OK)
-    except Exception as e:  # noqa: BLE001 - the promise is: never a traceback
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:
+        if hasattr(e, "show") and hasattr(e, "exit_code"):
+            # click's usage errors (typer vendors click in recent releases)
             e.show()
             sys.exit(EXIT_USAGE)
         if os.environ.get("DIAGNOSE_DEBUG"):

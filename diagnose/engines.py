@@ -16,8 +16,19 @@ from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
 from .rules import PATTERN_TIMEOUT_S, _load_yaml, builtin_rules_dir, rule_files
 
-PROFILE_KEYS = {"engine", "title", "detect", "variants", "version", "phases", "launch", "flags",
-                "names", "defaults", "stack_hints"}
+PROFILE_KEYS = {
+    "engine",
+    "title",
+    "detect",
+    "variants",
+    "version",
+    "phases",
+    "launch",
+    "flags",
+    "names",
+    "defaults",
+    "stack_hints",
+}
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
@@ -87,9 +98,19 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
     kind = raw.get("kind")
     if what == "launch" and kind not in LAUNCH_KINDS:
         raise RuleError(path, label, "kind", f"{kind!r} is not one of {', '.join(sorted(LAUNCH_KINDS))}")
-    m = Marker(engine=engine, what=what, needles=list(needles), pattern=pattern, compiled=compiled,
-               examples=list(examples), phase=phase, weight=int(raw.get("weight", 1)),
-               variant=raw.get("variant"), kind=kind, path=path)
+    m = Marker(
+        engine=engine,
+        what=what,
+        needles=list(needles),
+        pattern=pattern,
+        compiled=compiled,
+        examples=list(examples),
+        phase=phase,
+        weight=int(raw.get("weight", 1)),
+        variant=raw.get("variant"),
+        kind=kind,
+        path=path,
+    )
     from .lines import make_line
 
     for e in m.examples:
@@ -128,7 +149,7 @@ def parse_profile(data: Any, path: str) -> Profile:
     for h in hints:
         if not (isinstance(h, dict) and len(h) == 1):
             raise RuleError(path, engine, "stack_hints", "each entry is one {phase: [names]}")
-        (ph, names), = h.items()
+        ((ph, names),) = h.items()
         if ph not in OOM_PHASES:
             raise RuleError(path, engine, "stack_hints", f"{ph!r} is not one of {OOM_PHASES}")
         prof.stack_hints.append((ph, {str(n) for n in names}))

@@ -5,8 +5,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_UNITS = {"b": 1 / 2**30, "bytes": 1 / 2**30, "byte": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20,
-          "mib": 1 / 2**10, "mb": 1 / 2**10, "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+_UNITS = {
+    "b": 1 / 2**30,
+    "bytes": 1 / 2**30,
+    "byte": 1 / 2**30,
+    "kib": 1 / 2**20,
+    "kb": 1 / 2**20,
+    "mib": 1 / 2**10,
+    "mb": 1 / 2**10,
+    "gib": 1.0,
+    "gb": 1.0,
+    "tib": 1024.0,
+    "tb": 1024.0,
+}
 _SIZE_RE = re.compile(r"^\s*([0-9][0-9,]*(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _NUM_RE = re.compile(r"^[+-]?[0-9][0-9,]*(?:\.\d+)?$")
 

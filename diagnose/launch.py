@@ -16,12 +16,32 @@ import pyparsing as pp
 
 # Launch keys every engine may print under the canonical (vLLM) name.
 CANONICAL = {
-    "model", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "kv_cache_dtype",
-    "quantization", "enforce_eager", "cuda_graph_max_bs", "enable_chunked_prefill",
-    "limit_mm_per_prompt", "port", "host", "swap_space", "cpu_offload_gb", "dtype",
-    "trust_remote_code", "block_size", "served_model_name", "distributed_executor_backend",
-    "max_cudagraph_capture_size", "max_seq_len_to_capture", "attention_backend",
+    "model",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "kv_cache_dtype",
+    "quantization",
+    "enforce_eager",
+    "cuda_graph_max_bs",
+    "enable_chunked_prefill",
+    "limit_mm_per_prompt",
+    "port",
+    "host",
+    "swap_space",
+    "cpu_offload_gb",
+    "dtype",
+    "trust_remote_code",
+    "block_size",
+    "served_model_name",
+    "distributed_executor_backend",
+    "max_cudagraph_capture_size",
+    "max_seq_len_to_capture",
+    "attention_backend",
 }
 
 
@@ -34,16 +54,20 @@ def _grammar() -> dict[str, pp.ParserElement]:
     pp.ParserElement.enable_packrat()
     value = pp.Forward()
     ident = pp.Word(pp.alphas + "_", pp.alphanums + "_.")
-    string = (pp.QuotedString("'", esc_char="\\", unquote_results=True)
-              | pp.QuotedString('"', esc_char="\\", unquote_results=True))
+    string = pp.QuotedString("'", esc_char="\\", unquote_results=True) | pp.QuotedString(
+        '"', esc_char="\\", unquote_results=True
+    )
     number = pp.Regex(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![\w.])")
     number.set_parse_action(lambda t: float(t[0]) if any(c in t[0] for c in ".eE") else int(t[0]))
     const = pp.Regex(r"(?:None|True|False|true|false|null)(?![\w.])")
     # a parse action returning None keeps the tokens, so return a one-item list
-    const.set_parse_action(lambda t: [{"None": None, "null": None, "True": True, "true": True,
-                                       "False": False, "false": False}[t[0]]])
+    const.set_parse_action(
+        lambda t: [
+            {"None": None, "null": None, "True": True, "true": True, "False": False, "false": False}[t[0]]
+        ]
+    )
     lp, rp, lb, rb, lc, rc = map(pp.Suppress, "()[]{}")
-    colon, comma, eq = pp.Suppress(":"), pp.Suppress(","), pp.Suppress("=")
+    colon, _comma, eq = pp.Suppress(":"), pp.Suppress(","), pp.Suppress("=")
 
     def seq(open_: pp.ParserElement, close: pp.ParserElement, item: pp.ParserElement) -> pp.ParserElement:
         return open_ + pp.Optional(pp.DelimitedList(item, allow_trailing_delim=True)) + close
@@ -55,7 +79,12 @@ def _grammar() -> dict[str, pp.ParserElement]:
     kwarg = pp.Group(ident + eq + value)
     call_arg = kwarg | value
     callv = (ident + pp.Group(seq(lp, rp, call_arg))).set_parse_action(
-        lambda t: [{_key(k): v for k, v in (a if isinstance(a, pp.ParseResults) and len(a) == 2 else ("_", a) for a in t[1])}]
+        lambda t: [
+            {
+                _key(k): v
+                for k, v in (a if isinstance(a, pp.ParseResults) and len(a) == 2 else ("_", a) for a in t[1])
+            }
+        ]
     )
     # Rust Debug: Args { model_id: "x", num_shard: Some(2), … } ; Some(x) / None
     rust_field = pp.Group(ident + colon + value)
@@ -64,7 +93,7 @@ def _grammar() -> dict[str, pp.ParserElement]:
     )
     enum_repr = pp.Regex(r"<[^<>]*>").set_parse_action(lambda t: _Raw(t[0]))
     bare = pp.Regex(r"[^,()\[\]{}\s'\"][^,()\[\]{}]*").set_parse_action(lambda t: _Raw(t[0].strip()))
-    value <<= (string | number | const | rust_struct | callv | dictv | listv | tuplev | enum_repr | bare)
+    value <<= string | number | const | rust_struct | callv | dictv | listv | tuplev | enum_repr | bare
     kwargs = pp.DelimitedList(kwarg, allow_trailing_delim=True)
     return {"value": value, "kwargs": kwargs}
 

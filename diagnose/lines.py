@@ -169,8 +169,15 @@ def decode(raw: bytes) -> tuple[str, bool]:
 # --- prefix splitting -----------------------------------------------------------------
 
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
-_LEVEL_NORMAL = {"WARN": "WARNING", "FATAL": "CRITICAL", "E": "ERROR", "W": "WARNING",
-                 "I": "INFO", "F": "CRITICAL", "TRACE": "DEBUG"}
+_LEVEL_NORMAL = {
+    "WARN": "WARNING",
+    "FATAL": "CRITICAL",
+    "E": "ERROR",
+    "W": "WARNING",
+    "I": "INFO",
+    "F": "CRITICAL",
+    "TRACE": "DEBUG",
+}
 
 # Each prefix pattern is anchored and consumes one layer; the splitter loops over them so
 # stacked prefixes (docker timestamp + process + level) come off in any order.

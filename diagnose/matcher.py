@@ -28,8 +28,17 @@ _EXC_RE = re.compile(
     r"(?:\([^)]*\))?(?::(?:\s.*)?)?\s*$"
 )
 # Needles that only shape tracebacks or count error-looking lines (no rule behind them).
-STRUCTURE_NEEDLES = [TRACEBACK_START, 'File "', "Error", "Exception", "Exit", "Interrupt", "ERROR",
-                     "CRITICAL", "FATAL"]
+STRUCTURE_NEEDLES = [
+    TRACEBACK_START,
+    'File "',
+    "Error",
+    "Exception",
+    "Exit",
+    "Interrupt",
+    "ERROR",
+    "CRITICAL",
+    "FATAL",
+]
 MAX_HITS_PER_RULE = 64  # kept in memory; the count goes on
 MAX_FRAMES = 96
 CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phase
@@ -71,8 +80,9 @@ class ScanResult:
 
 
 class Scanner:
-    def __init__(self, ruleset: RuleSet, profiles: Profiles, engine: str | None = None,
-                 keep_rule_lines: bool = False):
+    def __init__(
+        self, ruleset: RuleSet, profiles: Profiles, engine: str | None = None, keep_rule_lines: bool = False
+    ):
         self.rules = ruleset.rules
         self.profiles = profiles
         self.forced_engine = engine
@@ -208,13 +218,19 @@ class Scanner:
                 self._marker(h, line, engine)
         if closing and tb is not None:
             self._close_tb(stream, tb)
-        if not matched_rule and line.level in ("ERROR", "CRITICAL") and tb is None and not frame:
-            if msg.strip() and not msg.startswith((" ", "\t")):
-                self.unmatched_errors += 1
-                if len(self.unmatched_examples) < 20:
-                    self.unmatched_examples.append(line)
-                if line.level == "CRITICAL":
-                    self._synthetic(line, "A critical error no rule explains")
+        if (
+            not matched_rule
+            and line.level in ("ERROR", "CRITICAL")
+            and tb is None
+            and not frame
+            and msg.strip()
+            and not msg.startswith((" ", "\t"))
+        ):
+            self.unmatched_errors += 1
+            if len(self.unmatched_examples) < 20:
+                self.unmatched_examples.append(line)
+            if line.level == "CRITICAL":
+                self._synthetic(line, "A critical error no rule explains")
 
     # --- hits ---------------------------------------------------------------------------
 
@@ -226,8 +242,15 @@ class Scanner:
             tb.explained = True
         if self.hit_counts[rule.id] > MAX_HITS_PER_RULE:
             return
-        rec = RecordedHit(Hit(rule.id, line, facts), rule, self.run, self.current_phase,
-                          frozenset(self.reached), self.last_time, tb)
+        rec = RecordedHit(
+            Hit(rule.id, line, facts),
+            rule,
+            self.run,
+            self.current_phase,
+            frozenset(self.reached),
+            self.last_time,
+            tb,
+        )
         self.hits.append(rec)
         if tb is not None:
             self.tb_hits[id(tb)].append(rec)
@@ -244,8 +267,16 @@ class Scanner:
         self.hit_counts[rid] += 1
         if self.hit_counts[rid] > MAX_HITS_PER_RULE:
             return
-        rec = RecordedHit(Hit(rid, line, {}), None, self.run, self.current_phase,
-                          frozenset(self.reached), self.last_time, tb, synthetic_title=title)
+        rec = RecordedHit(
+            Hit(rid, line, {}),
+            None,
+            self.run,
+            self.current_phase,
+            frozenset(self.reached),
+            self.last_time,
+            tb,
+            synthetic_title=title,
+        )
         self.hits.append(rec)
         if not self.reached:
             self.pending_context.append(rec)
@@ -256,7 +287,11 @@ class Scanner:
         tb = TracebackEvent(stream=stream, start=line, exception=None, frames=[])
         # the error line just before a traceback is usually its summary ("EngineCore failed")
         prev = self.last_hit_by_stream.get(stream)
-        if prev is not None and line.number - prev.hit.line.number <= 3 and prev.hit.line.source == line.source:
+        if (
+            prev is not None
+            and line.number - prev.hit.line.number <= 3
+            and prev.hit.line.source == line.source
+        ):
             if prev.tb is None:
                 prev.tb = tb
                 self.tb_hits[id(tb)].append(prev)
@@ -273,7 +308,11 @@ class Scanner:
         self.open_tbs.pop(stream, None)
         if not tb.explained:
             evidence = tb.exception or tb.start
-            title = "An exception no rule explains" if tb.exception else "A traceback cut before its exception line"
+            title = (
+                "An exception no rule explains"
+                if tb.exception
+                else "A traceback cut before its exception line"
+            )
             self._synthetic(evidence, title, tb)
         self.tb_hits.pop(id(tb), None)
 
@@ -299,7 +338,11 @@ class Scanner:
                     shown = (line.message.strip() or line.text.strip())[:120]
                     self.engine_reason[mk.engine] = f"{line.source}:{line.number}: {shown}"
             return
-        if engine is not None and mk.engine not in (engine,) and not (mk.engine == "generic" and engine == "generic"):
+        if (
+            engine is not None
+            and mk.engine not in (engine,)
+            and not (mk.engine == "generic" and engine == "generic")
+        ):
             return
         if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores:
             # an engine is half-detected: its own markers are better than the generic guesses
@@ -375,11 +418,20 @@ class Scanner:
         for e in order:
             launch.update(canonical_launch(self.launch_raw[e], names))
         return ScanResult(
-            hits=self.hits, hit_counts=dict(self.hit_counts), timeline=self.timeline,
-            earlier_runs=self.run, engine_scores=dict(self.engine_scores),
-            engine_reason=self.engine_reason, variant_scores=dict(self.variant_scores),
-            version=self.version, launch=launch, lines=self.lineno, last_time=self.last_time,
-            unmatched_errors=self.unmatched_errors, unmatched_examples=self.unmatched_examples,
-            rule_lines=dict(self.rule_lines), phase_last_line=dict(self.phase_last_line),
+            hits=self.hits,
+            hit_counts=dict(self.hit_counts),
+            timeline=self.timeline,
+            earlier_runs=self.run,
+            engine_scores=dict(self.engine_scores),
+            engine_reason=self.engine_reason,
+            variant_scores=dict(self.variant_scores),
+            version=self.version,
+            launch=launch,
+            lines=self.lineno,
+            last_time=self.last_time,
+            unmatched_errors=self.unmatched_errors,
+            unmatched_examples=self.unmatched_examples,
+            rule_lines=dict(self.rule_lines),
+            phase_last_line=dict(self.phase_last_line),
             run_start_line=self.run_start_line,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .advice import advise
+from .advice import advise, advise_incomplete
 from .engines import Profiles, load_profiles
 from .errors import InputError
 from .lines import Source, read_blocks, resolve_sources
@@ -28,12 +28,15 @@ class Knowledge:
         rules = load_rules(extra_dirs)
         profiles = load_profiles(extra_dirs)
         if not rules.rules:
-            raise InputError("no usable rules: " + ("; ".join(rules.problems) or "the rules directory is empty"))
+            raise InputError(
+                "no usable rules: " + ("; ".join(rules.problems) or "the rules directory is empty")
+            )
         return cls(rules, profiles, rules.problems + profiles.problems)
 
 
-def scan_sources(sources: Iterable[Source], know: Knowledge, engine: str | None = None,
-                 keep_rule_lines: bool = False) -> ScanResult:
+def scan_sources(
+    sources: Iterable[Source], know: Knowledge, engine: str | None = None, keep_rule_lines: bool = False
+) -> ScanResult:
     scanner = Scanner(know.rules, know.profiles, engine=engine, keep_rule_lines=keep_rule_lines)
     for src in sources:
         scanner.set_source(src.name)
@@ -50,13 +53,29 @@ def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str 
         findings = order([*findings, hang])
     primary = findings[0] if findings else None
     rule = know.rules.by_id(primary.rule) if primary else None
-    advice = advise(primary, info.name, result.launch, know.profiles, rule=rule,
-                    frames=set(primary.frames) if primary else None)
+    advice = advise(
+        primary,
+        info.name,
+        result.launch,
+        know.profiles,
+        rule=rule,
+        frames=set(primary.frames) if primary else None,
+    )
+    status = status_of(findings, result.timeline)
+    if primary is None and status == "incomplete":
+        advice = advise_incomplete(last_phase(result.timeline), info.name, result.launch, know.profiles)
     return Diagnosis(
-        source=source_name, engine=info, status=status_of(findings, result.timeline),
-        last_phase=last_phase(result.timeline), primary=primary, findings=findings,
-        timeline=result.timeline, launch=result.launch, advice=advice,
-        lines_read=result.lines, unmatched_errors=result.unmatched_errors,
+        source=source_name,
+        engine=info,
+        status=status,
+        last_phase=last_phase(result.timeline),
+        primary=primary,
+        findings=findings,
+        timeline=result.timeline,
+        launch=result.launch,
+        advice=advice,
+        lines_read=result.lines,
+        unmatched_errors=result.unmatched_errors,
     )
 
 

@@ -11,12 +11,24 @@ from rich.text import Text
 from .model import Diagnosis, Finding
 
 PHASE_LABEL = {
-    "start": "start", "args": "args", "devices": "devices", "distributed_init": "distributed init",
-    "load_weights": "loading weights", "weights_loaded": "weights loaded", "kv_cache": "KV-cache sizing",
-    "cuda_graphs": "CUDA-graph capture", "listening": "HTTP server up", "ready": "ready", "serving": "serving",
+    "start": "start",
+    "args": "args",
+    "devices": "devices",
+    "distributed_init": "distributed init",
+    "load_weights": "loading weights",
+    "weights_loaded": "weights loaded",
+    "kv_cache": "KV-cache sizing",
+    "cuda_graphs": "CUDA-graph capture",
+    "listening": "HTTP server up",
+    "ready": "ready",
+    "serving": "serving",
 }
-STATUS_MARK = {"failed": ("✗", "bold red"), "degraded": ("!", "bold yellow"),
-               "ready": ("✓", "bold green"), "incomplete": ("…", "bold cyan")}
+STATUS_MARK = {
+    "failed": ("✗", "bold red"),
+    "degraded": ("!", "bold yellow"),
+    "ready": ("✓", "bold green"),
+    "incomplete": ("…", "bold cyan"),
+}
 
 
 def ranks_text(ranks: list[int]) -> str:
@@ -38,8 +50,11 @@ def ranks_text(ranks: list[int]) -> str:
 def describe(f: Finding) -> str:
     s = f.title
     if f.cls in ("oom", "kv_cache_too_small") and f.oom_phase:
-        when = {"load": "while loading weights", "startup": "during startup (after the weights loaded)",
-                "runtime": "while serving"}[f.oom_phase]
+        when = {
+            "load": "while loading weights",
+            "startup": "during startup (after the weights loaded)",
+            "runtime": "while serving",
+        }[f.oom_phase]
         s += f" — {when}"
     return s
 
@@ -69,16 +84,21 @@ def _facts_text(facts: dict[str, Any]) -> str:
 
 
 def _phase_inferred_text(f: Finding) -> str:
-    return {"stack": "OOM phase inferred from the stack (no timeline in the log)",
-            "message": "OOM phase inferred from the message (no timeline in the log)",
-            "context": "OOM phase inferred from the phase other ranks were in",
-            "default": "OOM phase assumed: the log has no timeline and no telling stack"}.get(f.phase_inferred or "", "")
+    return {
+        "stack": "OOM phase inferred from the stack (no timeline in the log)",
+        "message": "OOM phase inferred from the message (no timeline in the log)",
+        "context": "OOM phase inferred from the phase other ranks were in",
+        "default": "OOM phase assumed: the log has no timeline and no telling stack",
+    }.get(f.phase_inferred or "", "")
 
 
 def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
-    eng = d.engine.name + (f" {d.engine.version}" if d.engine.version else "") + (
-        f" ({d.engine.variant})" if d.engine.variant else "")
+    eng = (
+        d.engine.name
+        + (f" {d.engine.version}" if d.engine.version else "")
+        + (f" ({d.engine.variant})" if d.engine.variant else "")
+    )
     head = Text()
     head.append(f"{mark} {verdict(d)}", style=style)
     head.append(f"   [{eng}]", style="dim")
@@ -94,8 +114,11 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
             extra.append(p.time)
         if p.phase_at:
             extra.append(f"during {PHASE_LABEL.get(p.phase_at, p.phase_at)}")
-        console.print(Text.assemble(("  evidence  ", "bold"), (where, "cyan"),
-                                    ("  " + " · ".join(extra) if extra else "", "dim")))
+        console.print(
+            Text.assemble(
+                ("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim")
+            )
+        )
         console.print(Text("    " + p.evidence[:400], style="bold"))
         info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
         if p.phase_inferred:
@@ -138,9 +161,14 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
         for f in others[: None if show_all else 6]:
             r = f" ranks {ranks_text(f.ranks)}" if len(f.ranks) > 1 else ""
             tag = " (consequence)" if f.consequence else ""
-            console.print(Text.assemble((f"    {f.severity:<7} ", _sev_style(f.severity)),
-                                        (f"{f.source}:{f.line}", "cyan"),
-                                        f"  {describe(f)}{tag}", (r, "dim")))
+            console.print(
+                Text.assemble(
+                    (f"    {f.severity:<7} ", _sev_style(f.severity)),
+                    (f"{f.source}:{f.line}", "cyan"),
+                    f"  {describe(f)}{tag}",
+                    (r, "dim"),
+                )
+            )
         if not show_all and len(others) > 6:
             console.print(Text(f"    … {len(others) - 6} more (--all)", style="dim"))
     if d.status == "incomplete" and d.last_phase:
@@ -149,8 +177,13 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
         waits = HANG_WAITS_ON.get(d.last_phase)
         if waits:
             console.print()
-            console.print(Text(f"  if it stays in this phase, it usually waits on {waits};"
-                               " follow it live with `diagnose watch`", style="dim"))
+            console.print(
+                Text(
+                    f"  if it stays in this phase, it usually waits on {waits};"
+                    " follow it live with `diagnose watch`",
+                    style="dim",
+                )
+            )
     console.print()
     console.print(Text(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim"))
 
@@ -162,9 +195,15 @@ def _sev_style(sev: str) -> str:
 def change_text(c: Any) -> str:
     if c.param.startswith("action:"):
         return c.to
-    if c.param.startswith("env:") or c.param == "shm_size":
-        s = c.flag
-    elif c.to in ("true", "True") and c.flag.startswith("--") and c.param in ("enforce_eager", "trust_remote_code"):
+    if (
+        c.param.startswith("env:")
+        or c.param == "shm_size"
+        or (
+            c.to in ("true", "True")
+            and c.flag.startswith("--")
+            and c.param in ("enforce_eager", "trust_remote_code")
+        )
+    ):
         s = c.flag
     else:
         s = f"{c.flag} {c.to}"
@@ -179,21 +218,41 @@ def render_json(d: Diagnosis) -> str:
 
 def render_markdown(d: Diagnosis) -> str:
     mark = STATUS_MARK.get(d.status, ("?", ""))[0]
-    eng = d.engine.name + (f" {d.engine.version}" if d.engine.version else "") + (
-        f" ({d.engine.variant})" if d.engine.variant else "")
-    out = [f"### {mark} {verdict(d)}", "",
-           f"**Engine:** {eng} · **Status:** `{d.status}` · **Last phase:** `{d.last_phase or '—'}`", ""]
+    eng = (
+        d.engine.name
+        + (f" {d.engine.version}" if d.engine.version else "")
+        + (f" ({d.engine.variant})" if d.engine.variant else "")
+    )
+    out = [
+        f"### {mark} {verdict(d)}",
+        "",
+        f"**Engine:** {eng} · **Status:** `{d.status}` · **Last phase:** `{d.last_phase or '—'}`",
+        "",
+    ]
     p = d.primary
     if p:
         rk = f", ranks {ranks_text(p.ranks)}" if len(p.ranks) > 1 else ""
-        out += [f"**Evidence** (`{p.source}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
-                + (f", OOM phase `{p.oom_phase}`" if p.oom_phase else "") + "):", "", "```",
-                p.evidence[:2000], "```", ""]
+        out += [
+            f"**Evidence** (`{p.source}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
+            + (f", OOM phase `{p.oom_phase}`" if p.oom_phase else "")
+            + "):",
+            "",
+            "```",
+            p.evidence[:2000],
+            "```",
+            "",
+        ]
         if p.facts:
             out += ["**Facts:** " + _facts_text(p.facts), ""]
     if d.advice:
         c = d.advice[0]
-        out += ["**Next change:** `" + change_text(c) + "`", "", f"- why: {c.why}", f"- verify: {c.verify}", ""]
+        out += [
+            "**Next change:** `" + change_text(c) + "`",
+            "",
+            f"- why: {c.why}",
+            f"- verify: {c.verify}",
+            "",
+        ]
         if len(d.advice) > 1:
             out += ["**Alternatives** (one at a time):", ""]
             out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
@@ -205,8 +264,11 @@ def render_markdown(d: Diagnosis) -> str:
     others = [f for f in d.findings if f is not p]
     if others:
         out += ["**Other findings:**", ""]
-        out += [f"- {f.severity} `{f.source}:{f.line}` {describe(f)}"
-                + (" (consequence)" if f.consequence else "") for f in others[:10]]
+        out += [
+            f"- {f.severity} `{f.source}:{f.line}` {describe(f)}"
+            + (" (consequence)" if f.consequence else "")
+            for f in others[:10]
+        ]
         out += [""]
     out.append(f"<sub>diagnose · {d.lines_read} lines read</sub>")
     return "\n".join(out)

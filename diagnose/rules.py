@@ -96,20 +96,44 @@ def parse_rule(raw: Any, path: str, index: int) -> Rule:
             if k == "class" and raw.get("severity") == "ignore":
                 continue
             raise RuleError(path, label, k, "missing")
-    _need(isinstance(rid, str) and bool(_ID_RE.match(rid)), path, label, "id",
-          "must be lower-case words joined by . - or _")
+    _need(
+        isinstance(rid, str) and bool(_ID_RE.match(rid)),
+        path,
+        label,
+        "id",
+        "must be lower-case words joined by . - or _",
+    )
     engines = raw["engines"]
     _need(_str_list(engines) and bool(engines), path, label, "engines", "must be a non-empty list")
     bad = [e for e in engines if e not in ENGINES]
-    _need(not bad, path, label, "engines", f"unknown engine {bad[0] if bad else ''!r} (allowed: {', '.join(sorted(ENGINES))})")
+    _need(
+        not bad,
+        path,
+        label,
+        "engines",
+        f"unknown engine {bad[0] if bad else ''!r} (allowed: {', '.join(sorted(ENGINES))})",
+    )
     severity = raw["severity"]
-    _need(severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
+    _need(
+        severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}"
+    )
     cls = raw.get("class")
     if severity != "ignore" or cls is not None:
-        _need(cls in CLASSES, path, label, "class", f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})")
+        _need(
+            cls in CLASSES,
+            path,
+            label,
+            "class",
+            f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})",
+        )
     needles = raw["needles"]
-    _need(_str_list(needles) and bool(needles) and all(needles), path, label, "needles",
-          "must be a non-empty list of non-empty strings")
+    _need(
+        _str_list(needles) and bool(needles) and all(needles),
+        path,
+        label,
+        "needles",
+        "must be a non-empty list of non-empty strings",
+    )
     pattern = raw["pattern"]
     _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
     try:
@@ -123,13 +147,23 @@ def parse_rule(raw: Any, path: str, index: int) -> Rule:
     extra = set(ex) - {"match", "no_match"}
     _need(not extra, path, label, "examples", f"unknown key {sorted(extra)[0] if extra else ''!r}")
     for k in ("match", "no_match"):
-        _need(_str_list(ex.get(k)) and bool(ex.get(k)), path, label, f"examples.{k}",
-              "must be a non-empty list of log lines")
+        _need(
+            _str_list(ex.get(k)) and bool(ex.get(k)),
+            path,
+            label,
+            f"examples.{k}",
+            "must be a non-empty list of log lines",
+        )
     advice = raw.get("advice") or []
     _need(isinstance(advice, list), path, label, "advice", "must be a list")
     for a in advice:
-        _need(isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS, path, label, "advice",
-              f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}")
+        _need(
+            isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS,
+            path,
+            label,
+            "advice",
+            f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}",
+        )
     phase = raw.get("oom_phase")
     _need(phase is None or phase in OOM_PHASES, path, label, "oom_phase", f"must be one of {OOM_PHASES}")
     scope = raw.get("scope", "message")
@@ -137,11 +171,22 @@ def parse_rule(raw: Any, path: str, index: int) -> Rule:
     cons = raw.get("consequence", False)
     _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
     rule = Rule(
-        id=rid, engines=list(engines), cls=cls, severity=severity, needles=list(needles),
-        pattern=pattern, title=title.strip(), examples_match=list(ex["match"]),
-        examples_no_match=list(ex["no_match"]), path=path, compiled=compiled,
-        why=str(raw.get("why") or "").strip(), advice=[dict(a) for a in advice],
-        consequence=cons, oom_phase=phase, scope=scope,
+        id=rid,
+        engines=list(engines),
+        cls=cls,
+        severity=severity,
+        needles=list(needles),
+        pattern=pattern,
+        title=title.strip(),
+        examples_match=list(ex["match"]),
+        examples_no_match=list(ex["no_match"]),
+        path=path,
+        compiled=compiled,
+        why=str(raw.get("why") or "").strip(),
+        advice=[dict(a) for a in advice],
+        consequence=cons,
+        oom_phase=phase,
+        scope=scope,
     )
     problem = check_examples(rule)
     if problem:
@@ -233,7 +278,9 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
                     problems.append(str(e))
                     continue
                 if rule.id in seen:
-                    problems.append(f"{path}: rule {rule.id}: field 'id': duplicate (first in {seen[rule.id]})")
+                    problems.append(
+                        f"{path}: rule {rule.id}: field 'id': duplicate (first in {seen[rule.id]})"
+                    )
                     continue
                 seen[rule.id] = str(path)
                 rules.append(rule)

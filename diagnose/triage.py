@@ -11,16 +11,36 @@ from .matcher import RecordedHit, ScanResult
 from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark
 
 LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "other"]
-CLASS_ORDER = ["gpu_busy", "kv_cache_too_small", "oom", "preemption", "tp_mismatch", "nccl",
-               "port_in_use", "weights_format", "driver", "hang", "request", "unknown_error"]
+CLASS_ORDER = [
+    "gpu_busy",
+    "kv_cache_too_small",
+    "oom",
+    "preemption",
+    "tp_mismatch",
+    "nccl",
+    "port_in_use",
+    "weights_format",
+    "driver",
+    "hang",
+    "request",
+    "unknown_error",
+]
 SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2}
 MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
 RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
 
 # Default time a phase may take before a scan of a finished log calls it a hang (seconds).
-HANG_BUDGET_S = {"start": 300, "args": 300, "devices": 300, "distributed_init": 600,
-                 "load_weights": 3600, "weights_loaded": 900, "kv_cache": 900, "cuda_graphs": 900,
-                 "listening": 600}
+HANG_BUDGET_S = {
+    "start": 300,
+    "args": 300,
+    "devices": 300,
+    "distributed_init": 600,
+    "load_weights": 3600,
+    "weights_loaded": 900,
+    "kv_cache": 900,
+    "cuda_graphs": 900,
+    "listening": 600,
+}
 HANG_WAITS_ON = {
     "start": "importing the engine and its kernels (disk, Python environment)",
     "args": "resolving the model and its config (Hub access, disk)",
@@ -66,7 +86,7 @@ def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
     if forced:
         info = EngineInfo(name=forced, reason="forced with --engine")
     elif result.engine_scores:
-        name, score = max(result.engine_scores.items(), key=lambda kv: kv[1])
+        name, _score = max(result.engine_scores.items(), key=lambda kv: kv[1])
         info = EngineInfo(name=name, reason=result.engine_reason.get(name))
     else:
         info = EngineInfo(name="generic", reason="no engine-specific line found")
@@ -114,8 +134,9 @@ def _phase_from_marks(phase: str | None) -> str | None:
     return None
 
 
-def oom_phase(rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles,
-              engine: str) -> tuple[str, str | None]:
+def oom_phase(
+    rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles, engine: str
+) -> tuple[str, str | None]:
     """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context')."""
     if cls == "kv_cache_too_small":
         return "startup", None
@@ -175,9 +196,16 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
         severity = rule.severity if rule is not None else "fatal"
         title = rule.title if rule is not None else (rec.synthetic_title or "An error no rule explains")
         f = Finding(
-            rule=rec.hit.rule_id, cls=cls, severity=severity, title=title, line=line.number,
-            source=line.source, evidence=line.message.strip() or line.text.strip(),
-            facts=dict(rec.hit.facts), phase_at=rec.phase_at, time=line.timestamp or rec.last_time,
+            rule=rec.hit.rule_id,
+            cls=cls,
+            severity=severity,
+            title=title,
+            line=line.number,
+            source=line.source,
+            evidence=line.message.strip() or line.text.strip(),
+            facts=dict(rec.hit.facts),
+            phase_at=rec.phase_at,
+            time=line.timestamp or rec.last_time,
             ranks=[line.rank] if line.rank is not None else [],
             consequence=bool(rule.consequence) if rule is not None else False,
             frames=_frames(rec),
@@ -203,17 +231,22 @@ def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
     for rec, f in raw:
         for g in groups:
             head = g[0][1]
-            if (head.cls == f.cls and head.source == f.source and g[0][0].run == rec.run
-                    and abs(f.line - g[-1][1].line) <= MERGE_DISTANCE
-                    and (head.severity == f.severity or head.cls != "unknown_error")):
+            if (
+                head.cls == f.cls
+                and head.source == f.source
+                and g[0][0].run == rec.run
+                and abs(f.line - g[-1][1].line) <= MERGE_DISTANCE
+                and (head.severity == f.severity or head.cls != "unknown_error")
+            ):
                 g.append((rec, f))
                 break
         else:
             groups.append([(rec, f)])
     out: list[Finding] = []
     for g in groups:
-        best_rec, best = max(g, key=lambda rf: (-SEVERITY_RANK.get(rf[1].severity, 9), _specificity(rf[0]),
-                                                -rf[1].line))
+        _best_rec, best = max(
+            g, key=lambda rf: (-SEVERITY_RANK.get(rf[1].severity, 9), _specificity(rf[0]), -rf[1].line)
+        )
         earliest = min(g, key=lambda rf: rf[1].line)[1]
         merged = Finding(**{k: getattr(best, k) for k in best.__slots__})  # type: ignore[attr-defined]
         merged.facts = {}
@@ -237,22 +270,35 @@ def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
 
 
 def _sort_key(f: Finding) -> tuple[Any, ...]:
-    return (SEVERITY_RANK.get(f.severity, 9), f.consequence, LAYER_ORDER.index(CLASS_LAYER[f.cls]),
-            CLASS_ORDER.index(f.cls), f.line)
+    return (
+        SEVERITY_RANK.get(f.severity, 9),
+        f.consequence,
+        LAYER_ORDER.index(CLASS_LAYER[f.cls]),
+        CLASS_ORDER.index(f.cls),
+        f.line,
+    )
 
 
 def order(findings: list[Finding]) -> list[Finding]:
     """Triage order, and errors that follow another cause marked as its consequences."""
-    first_memory = min((f.line for f in findings if f.layer == "memory" and f.severity == "fatal"
-                        and not f.consequence), default=None)
-    first_named = min((f.line for f in findings if f.cls != "unknown_error" and f.severity == "fatal"),
-                      default=None)
+    first_memory = min(
+        (f.line for f in findings if f.layer == "memory" and f.severity == "fatal" and not f.consequence),
+        default=None,
+    )
+    first_named = min(
+        (f.line for f in findings if f.cls != "unknown_error" and f.severity == "fatal"), default=None
+    )
     for f in findings:
         if first_memory is not None and f.cls == "nccl" and f.line > first_memory and f.severity == "fatal":
             f.consequence = True
             f.note = f.note or f"follows the memory failure at line {first_memory}"
-        if (f.cls == "unknown_error" and not f.consequence and first_named is not None
-                and f.line > first_named and f.rule == "generic.unexplained-error"):
+        if (
+            f.cls == "unknown_error"
+            and not f.consequence
+            and first_named is not None
+            and f.line > first_named
+            and f.rule == "generic.unexplained-error"
+        ):
             f.consequence = True
     return sorted(findings, key=_sort_key)
 
@@ -267,9 +313,15 @@ def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | Non
     if budget is None or t0 is None or t1 is None or t1 - t0 <= budget:
         return None
     return Finding(
-        rule="generic.hang", cls="hang", severity="error",
+        rule="generic.hang",
+        cls="hang",
+        severity="error",
         title=f"No progress in {last.phase} for {int(t1 - t0)} s (budget {budget} s)",
-        line=last.line, source=last.source, evidence=last.text, phase_at=last.phase, time=last.time,
+        line=last.line,
+        source=last.source,
+        evidence=last.text,
+        phase_at=last.phase,
+        time=last.time,
         facts={"phase": last.phase, "stuck_s": int(t1 - t0), "budget_s": budget},
         note=f"this phase usually waits on {HANG_WAITS_ON.get(last.phase, 'I/O')}",
     )

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SHARED = ROOT.parent / "shared"
+REAL_LOGS = SHARED / "real-logs"
+REFERENCE = SHARED / "reference"
+
+
+@pytest.fixture(scope="session")
+def know():
+    from diagnose.pipeline import Knowledge
+
+    return Knowledge.load()
+
+
+@pytest.fixture(scope="session")
+def cli() -> list[str]:
+    """The installed console script (the way users run it), not the typer test runner."""
+    exe = Path(sys.executable).parent / "diagnose"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("diagnose")
+    if found:
+        return [found]
+    pytest.skip("the diagnose console script is not installed")
+
+
+@pytest.fixture()
+def in_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    return ROOT
+
+
+def pytest_configure(config):
+    os.environ.setdefault("NO_COLOR", "1")

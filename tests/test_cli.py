@@ -1,0 +1,169 @@
+"""The installed console script, run as users run it: files, pipes, formats, exit codes, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import FIXTURES, ROOT
+
+KV_LOG = FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log"
+HEALTHY = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
+
+
+def run(cmd, stdin=None, env=None, **kw):
+    e = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, input=stdin, capture_output=True, env=e, timeout=60, cwd=ROOT, **kw)
+
+
+def test_scan_text_report(cli):
+    p = run([*cli, "scan", str(KV_LOG)])
+    out = p.stdout.decode()
+    assert p.returncode == 1
+    assert out.splitlines()[0].startswith("✗ failed: KV cache cannot hold one request of max_model_len")
+    assert "--max-model-len 72704" in out and "(was 131072)" in out
+    assert "\x1b[" not in out  # piped: no colour codes
+
+
+def test_scan_json_schema(cli):
+    p = run([*cli, "scan", "--json", str(KV_LOG)])
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1
+    assert list(doc)[:12] == [
+        "schema",
+        "source",
+        "engine",
+        "status",
+        "last_phase",
+        "primary",
+        "findings",
+        "timeline",
+        "launch",
+        "device",
+        "advice",
+        "kb",
+    ]
+    assert doc["schema"] == 1 and doc["status"] == "failed"
+    assert (
+        doc["engine"]["name"] == "vllm"
+        and doc["engine"]["variant"] == "v1"
+        and doc["engine"]["version"] == "0.10.1.1"
+    )
+    pr = doc["primary"]
+    assert {"rule", "class", "layer", "oom_phase", "severity", "line", "evidence", "facts"} <= set(pr)
+    assert (
+        pr["class"] == "kv_cache_too_small"
+        and pr["layer"] == "memory"
+        and pr["facts"]["est_max_len"] == 73024
+    )
+    assert doc["advice"][0] == {
+        "param": "max_model_len",
+        "flag": "--max-model-len",
+        "from": "131072",
+        "to": "72704",
+        "why": doc["advice"][0]["why"],
+        "verify": doc["advice"][0]["verify"],
+    }
+    assert doc["launch"]["max_model_len"] == 131072 and doc["launch"]["gpu_memory_utilization"] == 0.9
+    assert [m["phase"] for m in doc["timeline"]][:3] == ["devices", "start", "args"]
+
+
+def test_pipe_without_command_means_scan(cli):
+    p = run(cli, stdin=HEALTHY.read_bytes())
+    assert p.returncode == 0 and p.stdout.decode().startswith("✓ ready")
+    p = run([*cli, "scan", "-", "--json"], stdin=KV_LOG.read_bytes())
+    assert json.loads(p.stdout)["source"] == "-"
+
+
+def test_python_dash_m(cli):
+    p = run([sys.executable, "-m", "diagnose", "scan", "--format", "markdown", str(KV_LOG)])
+    out = p.stdout.decode()
+    assert (
+        p.returncode == 1
+        and out.startswith("### ✗ failed")
+        and "**Next change:** `--max-model-len 72704" in out
+    )
+
+
+def test_gz_input(cli):
+    p = run([*cli, "scan", "--json", str(FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1-gz.log.gz")])
+    assert json.loads(p.stdout)["primary"]["class"] == "kv_cache_too_small"
+
+
+def _file(d, name, data):
+    (d / name).write_bytes(data)
+    return str(d / name)
+
+
+@pytest.mark.parametrize(
+    "make,msg",
+    [
+        (lambda d: str(d / "nope.log"), "no such file"),
+        (lambda d: str(d), "is a directory"),
+        (lambda d: _file(d, "e.log", b""), "empty input"),
+        (lambda d: _file(d, "b.bin", b"\x7fELF\x00\x00\x01"), "binary data"),
+        (lambda d: _file(d, "t.gz", gzip.compress(b"hello\n" * 1000)[:-30]), "gzip"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli, tmp_path, make, msg):
+    p = run([*cli, "scan", make(tmp_path)])
+    err = p.stderr.decode()
+    assert p.returncode == 2 and msg in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_usage_error_exit_2(cli):
+    p = run([*cli, "scan", "--engine", "llamacpp", str(KV_LOG)])
+    assert p.returncode == 2 and "Traceback" not in p.stderr.decode()
+
+
+def test_weird_but_valid_input(cli, tmp_path):
+    f = tmp_path / "w.log"
+    f.write_bytes(
+        b"\xff\xfe garbage \x1b[31mred\x1b[0m\r\n"
+        + b"z" * (2 << 20)
+        + b"\nINFO:     Application startup complete."
+    )
+    p = run([*cli, "scan", "--json", str(f)])
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["status"] == "ready"
+
+
+def test_broken_rule_dir_warns_and_continues(cli, tmp_path):
+    (tmp_path / "bad.yaml").write_text("- id: bad.rule\n  engines: [any]\n  severity: fatal\n  class: nope\n")
+    p = run([*cli, "scan", "--rules", str(tmp_path), str(KV_LOG)])
+    assert p.returncode == 1
+    assert (
+        "bad.yaml: rule bad.rule: field 'needles': missing (skipped)" in p.stderr.decode()
+        and "failed" in p.stdout.decode()
+    )
+
+
+def test_rules_commands(cli):
+    p = run([*cli, "rules", "list"])
+    assert p.returncode == 0 and "torch.oom" in p.stdout.decode()
+    p = run([*cli, "rules", "show", "vllm.kv-cache-too-small.v1"])
+    out = p.stdout.decode()
+    assert (
+        p.returncode == 0
+        and "Why it happens" in out
+        and "--max-model-len" in out
+        and "--context-length" in out
+    )
+    p = run([*cli, "rules", "show", "no.such.rule"])
+    assert p.returncode == 2
+    p = run([*cli, "rules", "test", str(KV_LOG)])
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "0 fail" in out and "vllm.kv-cache-too-small.v1" in out
+
+
+def test_color_only_on_a_terminal(cli):
+    p = run([*cli, "scan", str(KV_LOG)], env={"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert "\x1b[" in p.stdout.decode()
+    p = run([*cli, "scan", str(KV_LOG)], env={"NO_COLOR": "1", "FORCE_COLOR": ""})
+    assert "\x1b[" not in p.stdout.decode()

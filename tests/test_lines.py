@@ -1,0 +1,266 @@
+"""Reading and splitting real log lines (formats from the reference and real logs)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from diagnose.errors import InputError
+from diagnose.lines import (
+    CUT_MARKER,
+    MAX_LINE,
+    Source,
+    decode,
+    iter_lines,
+    make_line,
+    read_blocks,
+    resolve_sources,
+)
+
+# (raw line, message, level, timestamp, process, rank, pid, location)
+CASES = [
+    (
+        "(EngineCore_0 pid=1810465) ERROR 09-03 11:03:37 [core.py:712] ValueError: Free memory",
+        "ValueError: Free memory",
+        "ERROR",
+        "09-03 11:03:37",
+        "EngineCore_0",
+        None,
+        1810465,
+        "core.py:712",
+    ),
+    (
+        "2025-05-16T13:08:58.459825551Z (VllmWorker rank=3 pid=252) DEBUG 05-16 13:08:58 [parallel_state.py:867] "
+        "world_size=8 rank=3",
+        "world_size=8 rank=3",
+        "DEBUG",
+        "2025-05-16T13:08:58.459825551Z",
+        "VllmWorker rank=3",
+        3,
+        252,
+        "parallel_state.py:867",
+    ),
+    (
+        "(VllmWorker TP1 pid=2418) INFO 06-05 06:17:20 [pynccl.py:70] vLLM is using nccl==2.26.2",
+        "vLLM is using nccl==2.26.2",
+        "INFO",
+        "06-05 06:17:20",
+        "VllmWorker TP1",
+        1,
+        2418,
+        "pynccl.py:70",
+    ),
+    (
+        "(RayWorkerWrapper pid=5123, ip=10.0.0.2) INFO 06-05 06:17:20 worker.py:1] ok",
+        "ok",
+        "INFO",
+        "06-05 06:17:20",
+        "RayWorkerWrapper",
+        None,
+        5123,
+        "worker.py:1",
+    ),
+    (
+        "(Worker_TP0 pid=77) INFO 01-02 03:04:05 [gpu_worker.py:276] x",
+        "x",
+        "INFO",
+        "01-02 03:04:05",
+        "Worker_TP0",
+        0,
+        77,
+        "gpu_worker.py:276",
+    ),
+    (
+        "[2026-01-12 02:47:08 TP1] Capture cuda graph end.",
+        "Capture cuda graph end.",
+        None,
+        "2026-01-12 02:47:08",
+        "TP1",
+        1,
+        None,
+        None,
+    ),
+    (
+        "[2025-01-23 19:35:20 DP0 TP3] Load weight begin.",
+        "Load weight begin.",
+        None,
+        "2025-01-23 19:35:20",
+        "DP0 TP3",
+        3,
+        None,
+        None,
+    ),
+    (
+        "[2024-12-10 15:50:02] ERROR:    [Errno 98] error while attempting",
+        "[Errno 98] error while attempting",
+        "ERROR",
+        "2024-12-10 15:50:02",
+        None,
+        None,
+        None,
+        None,
+    ),
+    (
+        "vllm  | ERROR 02-11 08:25:49 serving_chat.py:661] torch.OutOfMemoryError: CUDA",
+        "torch.OutOfMemoryError: CUDA",
+        "ERROR",
+        "02-11 08:25:49",
+        None,
+        None,
+        None,
+        "serving_chat.py:661",
+    ),
+    (
+        ">   | [2024-09-05T00:38:34Z] INFO:     Application startup complete.",
+        "Application startup complete.",
+        "INFO",
+        "2024-09-05T00:38:34Z",
+        None,
+        None,
+        None,
+        None,
+    ),
+    (
+        "│ INFO 03-21 20:15:44 [monitor.py:33] torch.compile takes 28.77 s in total          │",
+        "torch.compile takes 28.77 s in total",
+        "INFO",
+        "03-21 20:15:44",
+        None,
+        None,
+        None,
+        "monitor.py:33",
+    ),
+    (
+        "2024-05-01T01:19:02.778572Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=1",
+        "Waiting for shard to be ready... rank=1",
+        "INFO",
+        "2024-05-01T01:19:02.778572Z",
+        None,
+        1,
+        None,
+        None,
+    ),
+    (
+        '[rank0]:   File "x.py", line 31, in <module>',
+        '  File "x.py", line 31, in <module>',
+        None,
+        None,
+        None,
+        0,
+        None,
+        None,
+    ),
+    (
+        "2025-05-26 18:53:52,518\tINFO worker.py:1888 -- Started a local Ray instance.",
+        "Started a local Ray instance.",
+        "INFO",
+        "2025-05-26 18:53:52,518",
+        None,
+        None,
+        None,
+        "worker.py:1888",
+    ),
+    (
+        "INFO:     Application startup complete.",
+        "Application startup complete.",
+        "INFO",
+        None,
+        None,
+        None,
+        None,
+        None,
+    ),
+    (
+        "AssertionError: 16 is not divisible by 6",
+        "AssertionError: 16 is not divisible by 6",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize("raw,message,level,ts,process,rank,pid,loc", CASES)
+def test_split_prefixes(raw, message, level, ts, process, rank, pid, loc):
+    line = make_line("x.log", 7, raw.encode())
+    assert (line.message, line.level, line.timestamp, line.process, line.rank, line.pid, line.location) == (
+        message,
+        level,
+        ts,
+        process,
+        rank,
+        pid,
+        loc,
+    )
+    assert line.number == 7 and line.source == "x.log"
+
+
+def test_ansi_crlf_and_carriage_returns():
+    raw = b"\x1b[1;36m(APIServer pid=4394)\x1b[0;0m INFO:     Application startup complete.\r\n"
+    line = make_line("x", 1, raw)
+    assert line.text == "(APIServer pid=4394) INFO:     Application startup complete."
+    assert line.message == "Application startup complete." and line.pid == 4394
+    text, cut = decode(b"Loading shards:  50%\rLoading shards: 100%\r")
+    assert text == "Loading shards: 100%" and not cut
+
+
+def test_non_utf8_is_replaced_not_fatal():
+    line = make_line("x", 1, b"ERROR caf\xe9 \xff\xfe broke")
+    assert "\ufffd" in line.text
+
+
+def _write(tmp_path, name, data: bytes):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return Source(str(p), str(p))
+
+
+def test_blocks_keep_line_numbers_and_final_partial_line(tmp_path):
+    src = _write(tmp_path, "a.log", b"one\r\ntwo\n\nfour")
+    lines = list(iter_lines(src))
+    assert [(x.number, x.text) for x in lines] == [(1, "one"), (2, "two"), (3, ""), (4, "four")]
+
+
+def test_megabyte_line_is_cut_with_marker(tmp_path):
+    big = b"x" * (3 * MAX_LINE) + b"\nafter\n"
+    src = _write(tmp_path, "big.log", b"before\n" + big)
+    lines = list(iter_lines(src))
+    assert [x.number for x in lines] == [1, 2, 3]
+    assert lines[1].truncated and len(lines[1].text) < MAX_LINE + 100
+    assert lines[1].text.endswith(CUT_MARKER.decode())
+    assert lines[2].text == "after"
+
+
+def test_long_line_inside_one_block_is_cut(tmp_path):
+    data = b"a\n" + b"y" * (MAX_LINE + 10) + b"\nb\n"
+    blocks = list(read_blocks(_write(tmp_path, "m.log", data), block_size=4 * MAX_LINE))
+    joined = b"".join(blocks)
+    assert joined.count(b"\n") == 3 and CUT_MARKER in joined
+
+
+def test_gzip_and_truncated_gzip(tmp_path):
+    good = tmp_path / "s.log.gz"
+    with gzip.open(good, "wb") as g:
+        g.write(b"INFO:     Application startup complete.\n")
+    assert [x.message for x in iter_lines(Source(str(good), str(good)))] == ["Application startup complete."]
+    bad = _write(tmp_path, "t.log.gz", good.read_bytes()[:-12])
+    with pytest.raises(InputError, match="truncated or corrupt gzip"):
+        list(read_blocks(bad))
+
+
+@pytest.mark.parametrize("data,msg", [(b"", "empty input"), (b"\x00\x01\x02ELF\x00binary", "binary data")])
+def test_empty_and_binary_input(tmp_path, data, msg):
+    with pytest.raises(InputError, match=msg):
+        list(read_blocks(_write(tmp_path, "f.log", data)))
+
+
+def test_resolve_sources_errors(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        resolve_sources([str(tmp_path / "missing.log")])
+    with pytest.raises(InputError, match="is a directory"):
+        resolve_sources([str(tmp_path)])
+    assert resolve_sources([])[0].name == "-"

@@ -1,0 +1,145 @@
+"""Every rule proves itself on its own examples; broken rules are named, never a traceback."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from diagnose.engines import load_profiles, parse_profile
+from diagnose.errors import RuleError
+from diagnose.model import CLASSES
+from diagnose.rules import load_rules, parse_rule, rule_matches_text
+
+RULES = load_rules(include_builtin=True).rules
+PROFILES = load_profiles()
+
+
+def test_builtin_rules_load_clean():
+    rs = load_rules()
+    assert rs.problems == []
+    assert len(rs.rules) >= 60
+    assert len({r.id for r in rs.rules}) == len(rs.rules)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
+def test_rule_matches_its_examples(rule):
+    assert rule.examples_match and rule.examples_no_match, "every rule needs both kinds of examples"
+    for e in rule.examples_match:
+        assert rule_matches_text(rule, e), e
+    for e in rule.examples_no_match:
+        assert not rule_matches_text(rule, e), e
+
+
+@pytest.mark.parametrize(
+    "marker", PROFILES.markers, ids=lambda m: f"{m.engine}.{m.what}.{m.phase or m.kind or m.variant or ''}"
+)
+def test_profile_marker_matches_its_examples(marker):
+    from diagnose.lines import make_line
+
+    for e in marker.examples:
+        line = make_line("ex", 1, e.encode())
+        assert any(n in line.text for n in marker.needles)
+        assert marker.search(marker.target(line)), e
+
+
+def test_each_class_is_covered():
+    covered = {r.cls for r in RULES if r.severity != "ignore"}
+    for cls in CLASSES:
+        assert cls in covered, f"no rule for class {cls}"
+
+
+GOOD = dict(
+    id="x.y",
+    engines=["any"],
+    severity="fatal",
+    needles=["boom"],
+    pattern="boom (?P<n>\\d+)",
+    title="Boom",
+    examples={"match": ["boom 1"], "no_match": ["bam 1"]},
+)
+GOOD["class"] = "oom"
+
+
+@pytest.mark.parametrize(
+    "change,field,problem",
+    [
+        ({"colour": "red"}, "colour", "unknown key"),
+        ({"title": ""}, "title", "non-empty"),
+        ({"class": "explosion"}, "class", "not in the taxonomy"),
+        ({"pattern": "boom (?P<n"}, "pattern", "does not compile"),
+        ({"examples": {"match": ["bam 2"], "no_match": ["x"]}}, "examples.match", "does not match"),
+        (
+            {"examples": {"match": ["boom 1"], "no_match": ["boom 2"]}},
+            "examples.no_match",
+            "matches its no_match",
+        ),
+        ({"examples": {"match": ["boom 1"]}}, "examples.no_match", "non-empty"),
+        ({"needles": []}, "needles", "non-empty"),
+        ({"severity": "meh"}, "severity", "is not one of"),
+        ({"engines": ["llamacpp"]}, "engines", "unknown engine"),
+    ],
+)
+def test_rule_validation_names_file_rule_and_field(change, field, problem):
+    raw = {**GOOD, **change}
+    with pytest.raises(RuleError) as e:
+        parse_rule(raw, "rules/custom.yaml", 0)
+    assert e.value.path == "rules/custom.yaml" and e.value.rule_id == "x.y" and e.value.field == field
+    assert problem in str(e.value)
+    assert str(e.value).startswith("rules/custom.yaml: rule x.y: field ")
+
+
+def test_missing_field_is_named():
+    raw = {k: v for k, v in GOOD.items() if k != "pattern"}
+    with pytest.raises(RuleError, match=r"rule x\.y: field 'pattern': missing"):
+        parse_rule(raw, "f.yaml", 0)
+
+
+def test_broken_rule_among_good_ones_is_skipped_with_a_warning(tmp_path):
+    (tmp_path / "mine.yaml").write_text(
+        textwrap.dedent("""
+        - id: mine.ok
+          engines: [any]
+          class: request
+          severity: error
+          needles: ["quota exceeded"]
+          pattern: 'quota exceeded for (?P<user>\\w+)'
+          title: A user ran out of quota
+          examples:
+            match: ["ERROR quota exceeded for bob"]
+            no_match: ["INFO quota fine"]
+        - id: mine.broken
+          engines: [any]
+          class: request
+          severity: error
+          needles: ["x"]
+          pattern: '(unclosed'
+          title: Broken
+          examples: {match: ["x"], no_match: ["y"]}
+    """)
+    )
+    (tmp_path / "garbage.yaml").write_text("- id: [unclosed\n  : :\n")
+    rs = load_rules([str(tmp_path)])
+    ids = {r.id for r in rs.rules}
+    assert "mine.ok" in ids and "mine.broken" not in ids and "torch.oom" in ids
+    assert any("mine.broken: field 'pattern'" in p for p in rs.problems)
+    assert any("garbage.yaml" in p and "not valid YAML" in p for p in rs.problems)
+
+
+def test_pathological_pattern_times_out_instead_of_hanging():
+    raw = {**GOOD, "pattern": "(a+)+$", "needles": ["a"], "examples": {"match": ["aaa"], "no_match": ["b"]}}
+    rule = parse_rule(raw, "f.yaml", 0)
+    assert rule.search("a" * 40 + "b") is None
+
+
+def test_profile_validation_names_the_field():
+    with pytest.raises(RuleError, match="field 'phase'"):
+        parse_profile(
+            {
+                "engine": "x",
+                "phases": [{"phase": "lunch", "needles": ["a"], "pattern": "a", "examples": ["a"]}],
+            },
+            "p.yaml",
+        )
+    with pytest.raises(RuleError, match="unknown key"):
+        parse_profile({"engine": "x", "colour": 1}, "p.yaml")

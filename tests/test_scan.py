@@ -1,0 +1,144 @@
+"""Matcher and triage on small real-format logs: tracebacks, ranks, phases, consequences."""
+
+from __future__ import annotations
+
+from diagnose.lines import Source
+from diagnose.pipeline import diagnose, scan_sources
+
+
+def run(tmp_path, know, text: str, engine: str | None = None):
+    p = tmp_path / "serve.log"
+    p.write_text(text)
+    res = scan_sources([Source("serve.log", str(p))], know, engine)
+    return diagnose(res, know, "serve.log", engine)
+
+
+V1_PREFIX = "(VllmWorker rank={r} pid=9{r}) ERROR 03-20 23:26:06 [multiproc_executor.py:375] "
+
+
+def test_interleaved_rank_tracebacks_fold_into_one_event(tmp_path, know):
+    lines = [
+        "(VllmWorker rank=0 pid=90) INFO 03-20 23:25:00 [gpu_model_runner.py:1] Starting to load model m...",
+        "(VllmWorker rank=0 pid=90) INFO 03-20 23:25:30 [gpu_model_runner.py:2] Model loading took 40.1 GiB and 30.1 seconds",
+        "(VllmWorker rank=0 pid=90) INFO 03-20 23:25:59 [gpu_worker.py:276] Available KV cache memory: 20.11 GiB",
+    ]
+    for r in (0, 1):
+        lines.append(V1_PREFIX.format(r=r) + "Traceback (most recent call last):")
+    for r in (0, 1):
+        lines.append(
+            V1_PREFIX.format(r=r)
+            + '  File "/x/vllm/v1/worker/gpu_model_runner.py", line 2690, in capture_model'
+        )
+    for r in (1, 0):
+        lines.append(V1_PREFIX.format(r=r) + "    self._capture_cudagraphs(")
+    for r in (0, 1):
+        lines.append(
+            V1_PREFIX.format(r=r)
+            + f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU {r} has a total capacity of 79.19 GiB of which 9.06 MiB is free."
+        )
+    d = run(tmp_path, know, "\n".join(lines) + "\n")
+    assert d.status == "failed"
+    p = d.primary
+    assert p.cls == "oom" and p.oom_phase == "startup" and p.ranks == [0, 1]
+    assert p.evidence.startswith("torch.OutOfMemoryError") and p.facts["free_gib"] == round(9.06 / 1024, 4)
+    assert [f.cls for f in d.findings] == ["oom"]
+
+
+def test_unexplained_traceback_is_unknown_error_with_exception_line(tmp_path, know):
+    d = run(
+        tmp_path,
+        know,
+        "INFO 01-01 00:00:00 [x.py:1] Starting to load model m...\n"
+        'Traceback (most recent call last):\n  File "/srv/app.py", line 3, in main\n    frob()\n'
+        "ZeroDivisionError: division by zero\n",
+    )
+    assert d.status == "failed" and d.primary.cls == "unknown_error"
+    assert d.primary.evidence == "ZeroDivisionError: division by zero" and d.primary.line == 5
+
+
+def test_recovered_exception_before_ready_is_not_fatal(tmp_path, know):
+    d = run(
+        tmp_path,
+        know,
+        'Traceback (most recent call last):\n  File "/srv/app.py", line 3, in warm\n    x()\n'
+        "KeyError: 'optional_feature'\nINFO:     Application startup complete.\n"
+        'INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 200 OK\n',
+    )
+    assert d.status == "degraded" and d.primary.severity == "warning"
+
+
+def test_nccl_error_after_an_oom_is_a_consequence(tmp_path, know):
+    d = run(
+        tmp_path,
+        know,
+        "(VllmWorker rank=0 pid=1) ERROR 01-01 00:00:01 [x.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.00 GiB is free.\n"
+        "(VllmWorker rank=1 pid=2) ERROR 01-01 00:00:02 [x.py:1] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n",
+    )
+    assert d.primary.cls == "oom"
+    nccl = next(f for f in d.findings if f.cls == "nccl")
+    assert nccl.consequence
+
+
+def test_oom_phase_from_timeline_not_wording(tmp_path, know):
+    # the OOM message says "warming up" but the server had served requests: runtime
+    d = run(
+        tmp_path,
+        know,
+        "INFO:     Application startup complete.\n"
+        "INFO 01-01 00:00:10 metrics.py:1] Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.69 GiB of which 1.00 GiB is free.\n",
+    )
+    assert d.primary.oom_phase == "runtime" and d.primary.phase_inferred is None
+
+
+def test_oom_phase_inferred_from_stack_without_timeline(tmp_path, know):
+    d = run(
+        tmp_path,
+        know,
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/worker/model_runner.py", line 1, in load_model\n    self.model = get_model()\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.69 GiB of which 1.00 GiB is free.\n",
+    )
+    assert d.primary.oom_phase == "load" and d.primary.phase_inferred == "stack"
+
+
+def test_healthy_lines_that_look_scary_are_not_failures(tmp_path, know):
+    d = run(
+        tmp_path,
+        know,
+        "\n".join(
+            [
+                "INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(enforce_eager=False, disable_log_requests=False, max_model_len=None)",
+                "WARNING 05-26 18:53:44 [config.py:1443] Possibly too large swap space. 16.00 GiB out of the 23.34 GiB total CPU memory is allocated for the swap space.",
+                "INFO 12-01 10:00:00 model_runner.py:1072] Capturing cudagraphs for decoding. If out-of-memory error occurs during cudagraph capture, consider decreasing `gpu_memory_utilization` or switching to eager mode. You can also reduce the `max_num_seqs` as needed to decrease memory usage.",
+                "INFO 12-01 10:00:20 model_runner.py:1530] Graph capturing finished in 18 secs, took 0.84 GiB",
+                "INFO:     Application startup complete.",
+            ]
+        )
+        + "\n",
+    )
+    assert d.status == "ready" and d.primary is None and d.advice == []
+
+
+def test_forced_engine_and_detection_reason(tmp_path, know):
+    text = "[2025-06-17 03:52:36] The server is fired up and ready to roll!\n"
+    d = run(tmp_path, know, text)
+    assert d.engine.name == "sglang" and "fired up" in d.engine.reason
+    d2 = run(tmp_path, know, text, engine="vllm")
+    assert d2.engine.name == "vllm" and d2.engine.reason == "forced with --engine"
+
+
+def test_server_restart_keeps_only_the_last_run_fatal(tmp_path, know):
+    run1 = (
+        "INFO 01-01 00:00:00 api_server.py:1] vLLM API server version 0.6.6\n"
+        "INFO 01-01 00:00:01 model_runner.py:1] Starting to load model m...\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.69 GiB of which 1.00 GiB is free.\n"
+    )
+    run2 = (
+        "INFO 01-01 00:05:00 api_server.py:1] vLLM API server version 0.6.6\n"
+        "INFO 01-01 00:05:01 model_runner.py:1] Starting to load model m...\n"
+        "INFO 01-01 00:05:30 model_runner.py:2] Loading model weights took 7.1 GB\n"
+        "INFO:     Application startup complete.\n"
+    )
+    d = run(tmp_path, know, run1 + run2)
+    assert d.status == "degraded" and d.primary.severity == "warning" and "earlier run" in d.primary.note
