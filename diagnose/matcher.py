@@ -12,13 +12,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import regex
-
 from .engines import Marker, Profiles
 from .facts import typed_facts
 from .launch import canonical_launch, parse_repr
 from .lines import make_line
 from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent
+from .needles import make_index
 from .rules import Rule, RuleSet
 
 TRACEBACK_START = "Traceback (most recent call last)"
@@ -43,6 +42,8 @@ MAX_HITS_PER_RULE = 64  # kept in memory; the count goes on
 MAX_FRAMES = 96
 CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phase
 ENGINE_MIN_SCORE = 5
+ENGINE_DECIDED = 30  # detection evidence after which other engines' markers stop being searched
+VARIANT_DECIDED = 20
 
 
 @dataclass(slots=True)
@@ -96,20 +97,16 @@ class Scanner:
                 by_needle[n].append(m)
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
-        needles = sorted(by_needle, key=len, reverse=True)
-        # A needle found at a position also proves every needle inside it is present.
-        self._handlers: dict[str, list[Any]] = {}
-        for n in needles:
-            hs: list[Any] = []
-            for other in needles:
-                if other in n:
-                    for h in by_needle[other]:
-                        if h not in hs:
-                            hs.append(h)
-            self._handlers[n] = hs
-        alt = "|".join(re.escape(n) for n in needles)
-        self._prefilter = re.compile(alt.encode("utf-8"))
-        self._needle_re = regex.compile(alt)
+        self._by_needle = dict(by_needle)
+        self._order = {id(m): i for i, m in enumerate(profiles.markers)}
+        self._order.update({id(r): 10_000 + i for i, r in enumerate(self.rules)})
+        # Markers stop being searched once they can tell nothing new (a phase already
+        # reached, an engine already decided): a long serving log then has few candidates.
+        self._retired: set[int] = set()
+        self._index_dirty = True
+        self._index: Any = None
+        self._index_needles: list[str] = []
+        self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         # state
         self.source = "-"
         self.lineno = 0
@@ -145,35 +142,78 @@ class Scanner:
         self.source = name
         self.lineno = 0
 
+    def _build_index(self) -> None:
+        live = [n for n, hs in self._by_needle.items()
+                if not hs or any(id(h) not in self._retired for h in hs)]
+        self._index_needles = live
+        self._index = make_index([n.encode("utf-8") for n in live])
+        self._index_dirty = False
+
+    def retire(self, handler: Any) -> None:
+        if id(handler) in self._retired:
+            return
+        self._retired.add(id(handler))
+        self._index_dirty = True
+        if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
+            for n in handler.needles:
+                self._track[n.encode("utf-8")] = handler.phase
+
+    def _revive_phases(self) -> None:
+        """A restart: the phase markers are needed again."""
+        for m in self.profiles.markers:
+            if m.what == "phases" and id(m) in self._retired:
+                self._retired.discard(id(m))
+                self._index_dirty = True
+        self._track = {}
+
     def feed(self, block: bytes) -> None:
-        pos, n = 0, len(block)
-        search = self._prefilter.search
-        while pos < n:
-            if self._collect is not None:
+        """Process one block of whole lines: only lines holding a live needle are decoded."""
+        if self._index_dirty:
+            self._build_index()
+        base = self.lineno  # lines before this block
+        n = len(block)
+        matches = self._index.find(block)
+        needles = self._index_needles
+        pos = 0  # first byte not yet accounted for in self.lineno
+        i, nm = 0, len(matches)
+        while i < nm:
+            nid, start_of_match = matches[i]
+            if start_of_match < pos:
+                i += 1
+                continue
+            start = block.rfind(b"\n", pos, start_of_match) + 1
+            if start < pos:
+                start = pos
+            nl = block.find(b"\n", start_of_match)
+            end = n if nl < 0 else nl
+            found = {needles[nid]}
+            i += 1
+            while i < nm and matches[i][1] < end:
+                found.add(needles[matches[i][0]])
+                i += 1
+            self.lineno += block.count(b"\n", pos, start) + 1
+            self._process(block[start:end], found)
+            pos = end + 1
+            while self._collect is not None and pos < n:
                 nl = block.find(b"\n", pos)
                 end = n if nl < 0 else nl
                 self.lineno += 1
-                self._process(block[pos:end])
+                self._process(block[pos:end], set())
                 pos = end + 1
-                continue
-            m = search(block, pos)
-            if m is None:
-                self.lineno += block.count(b"\n", pos, n)
-                if not block.endswith(b"\n"):
-                    self.lineno += 1
-                return
-            start = block.rfind(b"\n", pos, m.start()) + 1
-            if start < pos:
-                start = pos
-            self.lineno += block.count(b"\n", pos, start) + 1
-            nl = block.find(b"\n", m.start())
-            end = n if nl < 0 else nl
-            self._process(block[start:end])
-            pos = end + 1
+        if pos < n:
+            self.lineno += block.count(b"\n", pos, n)
+            if not block.endswith(b"\n"):
+                self.lineno += 1
+        for needle, phase in self._track.items():
+            idx = block.rfind(needle)
+            if idx >= 0:
+                line = base + block.count(b"\n", 0, idx) + 1
+                if line > self.phase_last_line.get(phase, 0):
+                    self.phase_last_line[phase] = line
 
     # --- one candidate line -------------------------------------------------------------
 
-    def _process(self, raw: bytes) -> None:
+    def _process(self, raw: bytes, found: set[str]) -> None:
         line = make_line(self.source, self.lineno, raw)
         if line.timestamp:
             self.last_time = line.timestamp
@@ -181,10 +221,15 @@ class Scanner:
             self._collect_line(line)
             return
         handlers: list[Any] = []
-        for m in self._needle_re.finditer(line.text, overlapped=True):
-            for h in self._handlers.get(m.group(), ()):
-                if h not in handlers:
+        seen: set[int] = set()
+        for needle in found:
+            for h in self._by_needle.get(needle, ()):
+                if id(h) not in seen and id(h) not in self._retired:
+                    seen.add(id(h))
                     handlers.append(h)
+        # markers first (a line that is both a phase marker and an error happened in that
+        # phase), then rules, each in file order so results do not depend on set order
+        handlers.sort(key=lambda h: self._order[id(h)])
         matched_rule = False
         stream = line.stream
         msg = line.message
@@ -331,6 +376,7 @@ class Scanner:
         if what == "detect":
             if mk.search(line.text):
                 self.engine_scores[mk.engine] += mk.weight
+                self._maybe_decide_engine()
                 best = self._reason_weight.get(mk.engine, 0)
                 if mk.weight > best:
                     # the strongest evidence seen names the engine in the report
@@ -352,10 +398,13 @@ class Scanner:
             return
         if what == "variants":
             self.variant_scores[mk.variant or ""] += mk.weight
+            if max(self.variant_scores.values()) >= VARIANT_DECIDED:
+                self._retire_all(lambda x: x.what == "variants")
         elif what == "version":
             if self.version is None:
                 self.version = m.group("version")
                 self.version_engine = mk.engine
+                self._retire_all(lambda x: x.what == "version")
         elif what == "phases":
             self._phase(mk.phase or "", line)
         elif what == "launch":
@@ -364,6 +413,19 @@ class Scanner:
                 self._collect = (mk, [text], 0)
                 return
             self.launch_raw[mk.engine].update(parse_repr(mk.kind or "", text))
+
+    def _retire_all(self, pred: Any) -> None:
+        for m in self.profiles.markers:
+            if pred(m):
+                self.retire(m)
+
+    def _maybe_decide_engine(self) -> None:
+        if self.forced_engine:
+            return
+        ranked = sorted(self.engine_scores.values(), reverse=True)
+        if ranked[0] >= ENGINE_DECIDED and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2:
+            engine = self._active_engine()
+            self._retire_all(lambda x: x.what == "detect" or (x.engine != engine and x.what != "detect"))
 
     def _collect_line(self, line: Line) -> None:
         assert self._collect is not None
@@ -387,11 +449,14 @@ class Scanner:
             self.current_phase = None
             self.phase_last_line = {}
             self.run_start_line = line.number
+            self._revive_phases()
             cur = -1
         self.phase_last_line[phase] = line.number
         if phase in self.reached:
             return
         self.reached.add(phase)
+        if phase not in ("start", "args"):  # those two must stay: they reveal a restart
+            self._retire_all(lambda x: x.what == "phases" and x.phase == phase)
         self.timeline.append(PhaseMark(phase, line.number, line.timestamp, line.source, line.message[:200]))
         if idx > cur:
             self.current_phase = phase

@@ -1,0 +1,66 @@
+"""Multi-literal search over blocks of bytes: every needle occurrence, in one pass.
+
+Python's `re` alternation of a few hundred literals runs at ~2 MB/s; a compiled
+Aho-Corasick automaton (the `ahocorasick-rs` package, Rust) runs at hundreds of MB/s. The
+pure fallback (one `bytes.find` sweep per needle) is slower but works everywhere, behind
+the same interface.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class NeedleIndex(Protocol):
+    name: str
+
+    def find(self, block: bytes) -> list[tuple[int, int]]:
+        """(needle id, start offset) of every occurrence, overlapping ones included, by start."""
+        ...
+
+
+class AhoCorasickIndex:
+    name = "aho-corasick"
+
+    def __init__(self, needles: Sequence[bytes]):
+        import ahocorasick_rs
+
+        self._lens = [len(n) for n in needles]
+        self._ac = ahocorasick_rs.BytesAhoCorasick(list(needles), matchkind=ahocorasick_rs.MatchKind.Standard)
+
+    def find(self, block: bytes) -> list[tuple[int, int]]:
+        return [(i, s) for i, s, _e in self._ac.find_matches_as_indexes(block, overlapping=True)]
+
+
+class FindIndex:
+    """Pure Python: one C-level `bytes.find` sweep per needle."""
+
+    name = "bytes.find"
+
+    def __init__(self, needles: Sequence[bytes]):
+        self._needles = list(needles)
+
+    def find(self, block: bytes) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        find = block.find
+        for i, n in enumerate(self._needles):
+            pos = find(n)
+            while pos >= 0:
+                out.append((i, pos))
+                pos = find(n, pos + 1)
+        out.sort(key=lambda m: m[1])
+        return out
+
+
+def make_index(needles: Sequence[bytes]) -> NeedleIndex:
+    """The fastest index available here; DIAGNOSE_PURE=1 forces the pure one."""
+    if not needles:
+        return FindIndex([])
+    if os.environ.get("DIAGNOSE_PURE") != "1":
+        try:
+            return AhoCorasickIndex(needles)
+        except ImportError:
+            pass
+    return FindIndex(needles)
