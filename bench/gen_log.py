@@ -30,24 +30,40 @@ def main() -> None:
             hms = f"{t // 3600 % 24:02d}:{t % 3600 // 60:02d}:{t % 60:02d}"
             for _ in range(8):
                 port = rnd.randint(30000, 60000)
-                chunk.append(f'{api}INFO:     10.0.{rnd.randint(0, 9)}.{rnd.randint(2, 250)}:{port} - '
-                             f'"POST /v1/chat/completions HTTP/1.1" 200 OK')
-            chunk.append(f"{api}INFO 06-05 {hms} [logger.py:43] Received request chatcmpl-{rnd.getrandbits(64):016x}: "
-                         f"prompt: None, params: SamplingParams(n=1, temperature=0.7, top_p=0.95, max_tokens=512), "
-                         f"prompt_token_ids: None, lora_request: None.")
-            chunk.append(f"{api}INFO 06-05 {hms} [loggers.py:123] Engine 000: Avg prompt throughput: "
-                         f"{rnd.uniform(100, 4000):.1f} tokens/s, Avg generation throughput: {rnd.uniform(100, 900):.1f} "
-                         f"tokens/s, Running: {rnd.randint(1, 64)} reqs, Waiting: 0 reqs, GPU KV cache usage: "
-                         f"{rnd.uniform(1, 60):.1f}%, Prefix cache hit rate: {rnd.uniform(0, 80):.1f}%")
+                chunk.append(
+                    f"{api}INFO:     10.0.{rnd.randint(0, 9)}.{rnd.randint(2, 250)}:{port} - "
+                    f'"POST /v1/chat/completions HTTP/1.1" 200 OK'
+                )
+            chunk.append(
+                f"{api}INFO 06-05 {hms} [logger.py:43] Received request chatcmpl-{rnd.getrandbits(64):016x}: "
+                f"prompt: None, params: SamplingParams(n=1, temperature=0.7, top_p=0.95, max_tokens=512), "
+                f"prompt_token_ids: None, lora_request: None."
+            )
+            chunk.append(
+                f"{api}INFO 06-05 {hms} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                f"{rnd.uniform(100, 4000):.1f} tokens/s, Avg generation throughput: {rnd.uniform(100, 900):.1f} "
+                f"tokens/s, Running: {rnd.randint(1, 64)} reqs, Waiting: 0 reqs, GPU KV cache usage: "
+                f"{rnd.uniform(1, 60):.1f}%, Prefix cache hit rate: {rnd.uniform(0, 80):.1f}%"
+            )
             if len(chunk) > 2000:
                 data = "\n".join(chunk) + "\n"
                 f.write(data)
                 written += len(data.encode())
                 chunk = []
         core = "(EngineCore_0 pid=2311) ERROR 06-05 23:59:59 [core.py:702] "
-        f.write(core + "EngineCore encountered a fatal error.\n" + core + "Traceback (most recent call last):\n"
-                + core + f'  File "{VLLM}/v1/worker/gpu_model_runner.py", line 1620, in execute_model\n'
-                + core + "    model_output = self.model(\n" + core + torch_oom() + "\n")
+        f.write(
+            core
+            + "EngineCore encountered a fatal error.\n"
+            + core
+            + "Traceback (most recent call last):\n"
+            + core
+            + f'  File "{VLLM}/v1/worker/gpu_model_runner.py", line 1620, in execute_model\n'
+            + core
+            + "    model_output = self.model(\n"
+            + core
+            + torch_oom()
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

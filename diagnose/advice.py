@@ -18,6 +18,16 @@ from .model import Change, Finding
 
 UTIL_STEP = 0.05
 UTIL_MAX = 0.95
+INTERNAL_PORT_FRAMES = {
+    "get_open_port",
+    "_create_c10d_store",
+    "TCPStore",
+    "init_process_group",
+    "_init_process_group",
+    "rendezvous",
+    "init_distributed_environment",
+    "_tcp_rendezvous_handler",
+}
 GRAPH_FRAMES = {"capture_model", "capture", "init_cuda_graphs", "CudaGraphRunner", "cuda_graph_runner"}
 
 VERIFY = {
@@ -121,6 +131,7 @@ class Advisor:
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self.out: list[Change] = []
+        self.complete = False  # the class logic knows better than the rule's generic list
 
     def add(self, param: str, to: Any, why: str, frm: Any = None, flag: str | None = None) -> None:
         if to is None or any(c.param == param for c in self.out):
@@ -229,7 +240,8 @@ class Advisor:
         handler = getattr(self, "for_" + f.cls, None)
         if handler is not None:
             handler()
-        self.from_rule()
+        if not self.complete:
+            self.from_rule()
         return self.out
 
     def from_rule(self) -> None:
@@ -378,10 +390,15 @@ class Advisor:
         if port is None:
             return
         new = free_port(port + 1)
+        holder = f.facts.get("holder_pid")
+        who = ""
+        if holder:
+            name = f.facts.get("holder_name")
+            who = f" by pid {holder}" + (f" ({name})" if name else "")
         self.add(
             "port",
             new if new is not None else port + 1,
-            f"port {port} is taken" + (f"; {new} is free on this host now" if new else ""),
+            f"port {port} is taken{who}" + (f"; {new} is free on this host now" if new else ""),
             port,
         )
 
@@ -389,10 +406,12 @@ class Advisor:
         f = self.ctx.finding
         pid, gib = f.facts.get("other_pid"), f.facts.get("other_gib")
         free, total = f.facts.get("free_gib"), f.facts.get("total_gib")
-        if pid and gib:
+        if pid and gib and f.facts.get("self_listed"):
             why = f"process {pid} holds {gib} GiB on GPU {f.facts.get('gpu', '?')}"
-        elif free is not None and total:
+        elif f.cls == "gpu_busy" and free is not None and total:
             why = f"only {free} of {total} GiB are free: another process holds the rest"
+        elif free is not None and total:
+            why = f"only {free} of {total} GiB were free; make sure no other process shares this GPU"
         else:
             why = "another process holds memory on this GPU"
         self.add("action:free_gpu", "stop the other process on the GPU (see `nvidia-smi`)", why)
@@ -539,27 +558,26 @@ class Advisor:
 
     def for_port_in_use(self) -> None:
         f = self.ctx.finding
-        internal = (
-            f.facts.get("port") is None
-            and f.rule == "any.port-in-use.errno98"
-            and ("TCPStore" in f.evidence or "server socket" in f.evidence or not self._http_context())
+        # torch's TCPStore and vLLM's get_open_port bind internal rendezvous ports; the API
+        # server binds --port (uvicorn, or vLLM's create_server_socket)
+        internal = f.facts.get("port") is None and (
+            bool(self.ctx.frames & INTERNAL_PORT_FRAMES)
+            or "server socket has failed to listen" in f.evidence
+            or "TCPStore" in f.evidence
         )
         if internal:
             self.generic("action:free_port")
-            if self.ctx.engine == "sglang":
-                self.generic("nccl_port")
-            else:
-                self.add(
-                    "master_port",
-                    "a free port (VLLM_PORT / MASTER_PORT)",
-                    "an internal rendezvous port collides with a leftover process",
-                )
+            new = free_port(29600)
+            param = "nccl_port" if self.ctx.engine == "sglang" else "master_port"
+            self.add(
+                param,
+                new if new is not None else "a free port",
+                "an internal rendezvous port collides with a leftover process; pin it to a free one",
+            )
+            self.complete = True
             return
         self.port()
         self.generic("action:free_port")
-
-    def _http_context(self) -> bool:
-        return "bind on address" in self.ctx.finding.evidence
 
     def for_hang(self) -> None:
         phase = self.ctx.finding.facts.get("phase") or self.ctx.finding.phase_at

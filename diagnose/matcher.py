@@ -44,6 +44,7 @@ CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phas
 ENGINE_MIN_SCORE = 5
 ENGINE_DECIDED = 30  # detection evidence after which other engines' markers stop being searched
 VARIANT_DECIDED = 20
+RULE_EVIDENCE_WEIGHT = 3
 
 
 @dataclass(slots=True)
@@ -143,8 +144,9 @@ class Scanner:
         self.lineno = 0
 
     def _build_index(self) -> None:
-        live = [n for n, hs in self._by_needle.items()
-                if not hs or any(id(h) not in self._retired for h in hs)]
+        live = [
+            n for n, hs in self._by_needle.items() if not hs or any(id(h) not in self._retired for h in hs)
+        ]
         self._index_needles = live
         self._index = make_index([n.encode("utf-8") for n in live])
         self._index_dirty = False
@@ -259,6 +261,9 @@ class Scanner:
                     continue
                 matched_rule = True
                 self._record(h, line, typed_facts(m.groupdict()), tb)
+                if len(h.engines) == 1 and h.engines[0] not in ("any", "generic"):
+                    # a message only one engine prints is evidence of that engine
+                    self._detect_evidence(h.engines[0], RULE_EVIDENCE_WEIGHT, line)
             elif isinstance(h, Marker):
                 self._marker(h, line, engine)
         if closing and tb is not None:
@@ -375,14 +380,7 @@ class Scanner:
         what = mk.what
         if what == "detect":
             if mk.search(line.text):
-                self.engine_scores[mk.engine] += mk.weight
-                self._maybe_decide_engine()
-                best = self._reason_weight.get(mk.engine, 0)
-                if mk.weight > best:
-                    # the strongest evidence seen names the engine in the report
-                    self._reason_weight[mk.engine] = mk.weight
-                    shown = (line.message.strip() or line.text.strip())[:120]
-                    self.engine_reason[mk.engine] = f"{line.source}:{line.number}: {shown}"
+                self._detect_evidence(mk.engine, mk.weight, line)
             return
         if (
             engine is not None
@@ -414,6 +412,15 @@ class Scanner:
                 return
             self.launch_raw[mk.engine].update(parse_repr(mk.kind or "", text))
 
+    def _detect_evidence(self, engine: str, weight: int, line: Line) -> None:
+        self.engine_scores[engine] += weight
+        self._maybe_decide_engine()
+        if weight > self._reason_weight.get(engine, 0):
+            # the strongest evidence seen names the engine in the report
+            self._reason_weight[engine] = weight
+            shown = (line.message.strip() or line.text.strip())[:120]
+            self.engine_reason[engine] = f"{line.source}:{line.number}: {shown}"
+
     def _retire_all(self, pred: Any) -> None:
         for m in self.profiles.markers:
             if pred(m):
@@ -423,7 +430,10 @@ class Scanner:
         if self.forced_engine:
             return
         ranked = sorted(self.engine_scores.values(), reverse=True)
-        if ranked[0] >= ENGINE_DECIDED and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2:
+        if (
+            ranked[0] >= ENGINE_DECIDED
+            and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2
+        ):
             engine = self._active_engine()
             self._retire_all(lambda x: x.what == "detect" or (x.engine != engine and x.what != "detect"))
 

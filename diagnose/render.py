@@ -134,14 +134,16 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
     if d.timeline:
         console.print()
         t = Text("  timeline  ", style="bold")
-        for i, m in enumerate(d.timeline):
+        marks: list[tuple[int, str, str]] = [
+            (m.line, PHASE_LABEL.get(m.phase, m.phase), "") for m in d.timeline
+        ]
+        if p and p.severity == "fatal":
+            marks.append((p.line, "✗", "red"))
+        for i, (line, label, style) in enumerate(sorted(marks, key=lambda x: (x[0], x[1] == "✗"))):
             if i:
                 t.append(" → ", style="dim")
-            t.append(PHASE_LABEL.get(m.phase, m.phase))
-            t.append(f" {m.line}", style="dim")
-        if p and p.severity == "fatal":
-            t.append(" → ", style="dim")
-            t.append(f"✗ {p.line}", style="red")
+            t.append(label, style=style)
+            t.append(f" {line}", style=style or "dim")
         console.print(t)
     if d.advice:
         console.print()
@@ -195,16 +197,13 @@ def _sev_style(sev: str) -> str:
 def change_text(c: Any) -> str:
     if c.param.startswith("action:"):
         return c.to
-    if (
-        c.param.startswith("env:")
-        or c.param == "shm_size"
-        or (
-            c.to in ("true", "True")
-            and c.flag.startswith("--")
-            and c.param in ("enforce_eager", "trust_remote_code")
-        )
-    ):
+    boolean_flag = c.to in ("true", "True") and c.param in ("enforce_eager", "trust_remote_code")
+    if c.param.startswith("env:") or c.param == "shm_size" or "=" in c.flag:
+        s = c.flag  # NAME=value or --shm-size 16g: the value is already in it
+    elif boolean_flag and c.flag.startswith("--"):
         s = c.flag
+    elif not c.flag.startswith("-"):
+        s = f"{c.flag} = {c.to}"  # a config-file key (generic servers)
     else:
         s = f"{c.flag} {c.to}"
     if c.frm is not None and c.frm != c.to:

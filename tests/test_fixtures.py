@@ -67,3 +67,21 @@ def test_fixture(know, in_root, expect):
         if not UPDATE:
             pytest.fail(f"golden file {golden.name} was missing and has been written: review it")
     assert got == json.loads(golden.read_text())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm/oom-load-v1-tp2",
+        "sglang/oom-runtime-long-prefill",
+        "tgi/healthy-ansi",
+        "vllm/healthy-v1-tp4-interleaved-docker",
+        "vllm/restart-after-oom",
+    ],
+)
+def test_pure_python_needle_index_gives_the_same_diagnosis(know, in_root, monkeypatch, name):
+    log = f"fixtures/logs/{name}.log"
+    fast = _stable(json.loads(render_json(scan_paths([log], know))))
+    monkeypatch.setenv("DIAGNOSE_PURE", "1")
+    pure = _stable(json.loads(render_json(scan_paths([log], know))))
+    assert pure == fast
