@@ -53,12 +53,17 @@ class Context:
     launch: dict[str, Any]
     profiles: Profiles
     frames: set[str]
+    observed: dict[str, Any]  # what the engine reported (KV tokens, running requests, usage)
+    rule: Any = None
 
     def current(self, param: str) -> Any:
+        """The value in force: launched with, said by the error, reported, else the default."""
         if param in self.launch:
             return self.launch[param]
         if param in self.finding.facts:
             return self.finding.facts[param]
+        if param in self.observed:
+            return self.observed[param]
         prof = self.profiles.get(self.engine)
         if param in prof.defaults:
             return prof.defaults[param]
@@ -246,7 +251,7 @@ class Advisor:
 
     def from_rule(self) -> None:
         """The rule's own suggestions, for anything the class logic did not cover."""
-        rule = getattr(self, "_rule", None)
+        rule = self.ctx.rule
         for a in rule.advice if rule is not None else []:
             param = a["param"]
             to = a.get("to")
@@ -416,10 +421,38 @@ class Advisor:
             why = "another process holds memory on this GPU"
         self.add("action:free_gpu", "stop the other process on the GPU (see `nvidia-smi`)", why)
 
+    def seqs_that_fit(self, dry: bool = False) -> int | None:
+        """max_num_seqs from what the KV cache held at the last stats line: running ÷ usage."""
+        obs = self.ctx.observed
+        running = _as_int(obs.get("running"))
+        usage = _as_float(obs.get("kv_usage"))
+        if usage is None and obs.get("kv_usage_pct") is not None:
+            usage = (_as_float(obs["kv_usage_pct"]) or 0) / 100
+        if not running or not usage or usage < 0.5:
+            return None
+        fit = int(running * 0.9 / usage)  # sequences of today's typical length at 90 % usage
+        cur = _as_int(self.ctx.current("max_num_seqs"))
+        if fit < 1 or (cur is not None and fit >= cur):
+            return None
+        if dry:
+            return fit
+        tokens = obs.get("kv_tokens")
+        per = f" (~{int(usage * tokens / running)} tokens each)" if tokens else ""
+        self.add(
+            "max_num_seqs",
+            fit,
+            f"{running} running requests{per} filled {usage:.0%} of the KV cache; {fit} leave 10 % headroom",
+            cur,
+        )
+        return fit
+
     def for_kv_cache_too_small(self) -> None:
         f = self.ctx.finding
         est = _as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
         cur = _as_int(f.facts.get("max_model_len")) or _as_int(self.ctx.current("max_model_len"))
+        need, avail = _as_float(f.facts.get("needed_gib")), _as_float(f.facts.get("available_gib"))
+        if not est and cur and need and avail and avail > 0:
+            est = int(cur * avail / need)  # KV memory grows linearly with the length
         if est and (cur is None or est < cur):
             to = len_down(est)
             self.add("max_model_len", to, f"the KV cache holds about {est} tokens; {cur} does not fit", cur)
@@ -542,6 +575,11 @@ class Advisor:
                 )
 
     def for_preemption(self) -> None:
+        fit = self.seqs_that_fit(dry=True)
+        if fit is not None and fit < 8:
+            # a handful of very long sequences: capping concurrency would starve the server
+            self.util_raise("more KV cache means fewer preemptions")
+        self.seqs_that_fit()
         self.generic("max_num_seqs")
         self.util_raise("more KV cache means fewer preemptions")
         self.generic("kv_cache_dtype")
@@ -594,13 +632,20 @@ def advise(
     profiles: Profiles,
     rule: Any = None,
     frames: set[str] | None = None,
+    observed: dict[str, Any] | None = None,
 ) -> list[Change]:
     if finding is None:
         return []
-    ctx = Context(finding=finding, engine=engine, launch=launch, profiles=profiles, frames=frames or set())
-    adv = Advisor(ctx)
-    adv._rule = rule  # type: ignore[attr-defined]
-    return adv.run()
+    ctx = Context(
+        finding=finding,
+        engine=engine,
+        launch=launch,
+        profiles=profiles,
+        frames=frames or set(),
+        observed=observed or {},
+        rule=rule,
+    )
+    return Advisor(ctx).run()
 
 
 # Phases where a log that simply stops is, far more often than not, a stall worth acting on.

@@ -24,6 +24,7 @@ PROFILE_KEYS = {
     "version",
     "phases",
     "launch",
+    "observe",
     "flags",
     "names",
     "defaults",
@@ -132,7 +133,7 @@ def parse_profile(data: Any, path: str) -> Profile:
     if not isinstance(engine, str) or not engine:
         raise RuleError(path, None, "engine", "missing")
     prof = Profile(engine=engine, title=str(data.get("title") or engine), path=path)
-    for what in ("detect", "variants", "version", "phases", "launch"):
+    for what in ("detect", "variants", "version", "phases", "launch", "observe"):
         items = data.get(what) or []
         if not isinstance(items, list):
             raise RuleError(path, engine, what, "must be a list")

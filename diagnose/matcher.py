@@ -79,6 +79,7 @@ class ScanResult:
     rule_lines: dict[str, list[int]] = field(default_factory=dict)
     phase_last_line: dict[str, int] = field(default_factory=dict)
     run_start_line: int = 0
+    observed: dict[str, Any] = field(default_factory=dict)
 
 
 class Scanner:
@@ -124,6 +125,7 @@ class Scanner:
         self.version: str | None = None
         self.version_engine: str | None = None
         self.launch_raw: dict[str, dict[str, Any]] = defaultdict(dict)
+        self.observed: dict[str, Any] = {}
         self.last_time: str | None = None
         self.open_tbs: dict[str, TracebackEvent] = {}
         self.tb_hits: dict[int, list[RecordedHit]] = defaultdict(list)
@@ -405,6 +407,9 @@ class Scanner:
                 self._retire_all(lambda x: x.what == "version")
         elif what == "phases":
             self._phase(mk.phase or "", line)
+        elif what == "observe":
+            # sizes and counts the engine reports (KV tokens, running requests, usage): latest wins
+            self.observed.update(typed_facts(m.groupdict()))
         elif what == "launch":
             text = m.groupdict().get("repr") or ""
             if mk.kind == "rust_debug" and text.rstrip().endswith("{"):
@@ -509,4 +514,5 @@ class Scanner:
             rule_lines=dict(self.rule_lines),
             phase_last_line=dict(self.phase_last_line),
             run_start_line=self.run_start_line,
+            observed=dict(self.observed),
         )

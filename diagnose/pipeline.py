@@ -60,6 +60,7 @@ def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str 
         know.profiles,
         rule=rule,
         frames=set(primary.frames) if primary else None,
+        observed=result.observed,
     )
     status = status_of(findings, result.timeline)
     if primary is None and status == "incomplete":
