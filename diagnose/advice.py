@@ -9,11 +9,11 @@ parallel sizes that divide the heads and fit the GPUs.
 from __future__ import annotations
 
 import math
-import socket
 from dataclasses import dataclass
 from typing import Any
 
 from .engines import Profiles, flag_for
+from .hostports import free_port, port_holder
 from .model import Change, Finding
 
 UTIL_STEP = 0.05
@@ -104,18 +104,6 @@ def power_of_two_at_most(n: int) -> int:
 
 def divisors_at_most(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
-
-
-def free_port(start: int, host: str = "127.0.0.1", tries: int = 50) -> int | None:
-    """First port from start up that this host can bind now."""
-    for p in range(max(start, 1024), min(start + tries, 65535)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, p))
-            except OSError:
-                continue
-            return p
-    return None
 
 
 def _as_float(v: Any) -> float | None:
@@ -400,6 +388,10 @@ class Advisor:
         if holder:
             name = f.facts.get("holder_name")
             who = f" by pid {holder}" + (f" ({name})" if name else "")
+        else:
+            here = port_holder(port)  # when the check runs where the server ran
+            if here is not None:
+                who = f"; on this host pid {here[0]} listens on it ({here[1][:60]})"
         self.add(
             "port",
             new if new is not None else port + 1,
