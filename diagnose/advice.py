@@ -531,8 +531,15 @@ class Advisor:
                 f"{reserved} GiB are reserved but unallocated: the memory is fragmented",
             )
         cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
-        if cur > 0.9:
+        # (TGI already keeps 10 % back from --cuda-memory-fraction: its 1.0 default is not "too high")
+        if cur > 0.9 and eng != "tgi":
             self.util_lower(" for the activations of concurrent requests")
+        if eng == "tgi":
+            self.halve(
+                "max_num_batched_tokens", 4096, "smaller prefill batches lower the activation peak", 512
+            )
+            self.generic("max_num_seqs")
+            return
         if eng == "sglang":
             self.halve(
                 "max_num_batched_tokens",
@@ -590,6 +597,20 @@ class Advisor:
         f = self.ctx.finding
         # torch's TCPStore and vLLM's get_open_port bind internal rendezvous ports; the API
         # server binds --port (uvicorn, or vLLM's create_server_socket)
+        named = str(f.facts.get("port_name") or "")
+        if named and named != "port":
+            # SGLang names the internal port it waited for (nccl_port, dist_init_port, …)
+            port = _as_int(f.facts.get("port")) or 0
+            new = free_port(port + 1) if port else None
+            self.add(
+                "nccl_port" if "nccl" in named else named,
+                new if new is not None else "a free port",
+                f"SGLang's {named} {port} is held by another process",
+                port or None,
+            )
+            self.generic("action:free_port")
+            self.complete = True
+            return
         internal = f.facts.get("port") is None and (
             bool(self.ctx.frames & INTERNAL_PORT_FRAMES)
             or "server socket has failed to listen" in f.evidence

@@ -71,6 +71,7 @@ class Profile:
     names: dict[str, str] = field(default_factory=dict)  # engine launch key -> canonical
     defaults: dict[str, Any] = field(default_factory=dict)
     stack_hints: list[tuple[str, set[str]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
@@ -138,7 +139,11 @@ def parse_profile(data: Any, path: str) -> Profile:
         if not isinstance(items, list):
             raise RuleError(path, engine, what, "must be a list")
         for i, raw in enumerate(items):
-            prof.markers.append(_marker(raw, path, engine, what, i))
+            try:
+                prof.markers.append(_marker(raw, path, engine, what, i))
+            except RuleError as e:
+                # one broken marker is reported and skipped; the rest of the profile still works
+                prof.problems.append(str(e))
     for key in ("flags", "names", "defaults"):
         v = data.get(key) or {}
         if not isinstance(v, dict):
@@ -184,6 +189,7 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
                 problems.append(str(e))
                 continue
             out[prof.engine] = prof
+            problems.extend(prof.problems)
     if "generic" not in out:
         out["generic"] = Profile(engine="generic", title="generic", path="")
     return Profiles(out, problems)

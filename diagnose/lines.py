@@ -217,7 +217,9 @@ _PREFIXES: list[re.Pattern[str]] = [
     re.compile(r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"),
     # TGI tracing after its timestamp: " INFO shard-manager: text_generation_launcher: "
     re.compile(
-        r"\s*(?P<level>" + _LEVELS + r")\s+(?P<spans>(?:[a-z_][\w-]*(?:::[\w-]+)*(?:\{[^}]*\})?:\s)+)"
+        r"\s*(?P<level>"
+        + _LEVELS
+        + r")\s+(?P<spans>(?:[a-z_][\w-]*(?:::[\w-]+)*(?:\{(?:[^{}]|\{[^{}]*\})*\})?:\s)+)"
         r"(?:(?P<loc>[\w./-]+\.rs:\d+):\s)?"
     ),
     # Python logging after a timestamp: "INFO worker.py:1888 -- " (Ray) or bare "ERROR "

@@ -133,13 +133,22 @@ def test_pathological_pattern_times_out_instead_of_hanging():
 
 
 def test_profile_validation_names_the_field():
-    with pytest.raises(RuleError, match="field 'phase'"):
-        parse_profile(
-            {
-                "engine": "x",
-                "phases": [{"phase": "lunch", "needles": ["a"], "pattern": "a", "examples": ["a"]}],
-            },
-            "p.yaml",
-        )
+    # a broken marker is reported and skipped; the rest of the profile is kept
+    prof = parse_profile(
+        {
+            "engine": "x",
+            "phases": [
+                {"phase": "lunch", "needles": ["a"], "pattern": "a", "examples": ["a"]},
+                {"phase": "ready", "needles": ["up"], "pattern": "up", "examples": ["up"]},
+            ],
+        },
+        "p.yaml",
+    )
+    assert [m.phase for m in prof.markers] == ["ready"]
+    assert prof.problems == [
+        "p.yaml: rule x.phases[0]: field 'phase': 'lunch' is not one of "
+        "start, args, devices, distributed_init, load_weights, weights_loaded, kv_cache, "
+        "cuda_graphs, listening, ready, serving"
+    ]
     with pytest.raises(RuleError, match="unknown key"):
         parse_profile({"engine": "x", "colour": 1}, "p.yaml")
