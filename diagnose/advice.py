@@ -287,6 +287,16 @@ class Advisor:
                 "enforce_eager", "true", "skips CUDA-graph capture and its memory (slower decoding)", "false"
             )
         elif param == "quantization":
+            ckpt = f.facts.get("checkpoint_quantization")
+            if ckpt:
+                self.add(
+                    "quantization",
+                    str(ckpt),
+                    f"the checkpoint was quantized with {ckpt}; "
+                    "the flag must name the same method (or be left out)",
+                    self.ctx.current("quantization"),
+                )
+                return
             self.add(
                 "quantization",
                 "fp8",
@@ -522,6 +532,13 @@ class Advisor:
             self.generic("enforce_eager")
             return
         # runtime
+        uptime = _as_float(f.facts.get("uptime_s")) or 0.0
+        if uptime >= 3600:
+            self.add(
+                "env:PYTORCH_CUDA_ALLOC_CONF",
+                "expandable_segments:True",
+                f"the server ran {uptime / 3600:.1f} h before this OOM: fragmentation, not the load, is the usual cause",
+            )
         reserved = _as_float(f.facts.get("reserved_unallocated_gib")) or 0.0
         total = _as_float(f.facts.get("total_gib")) or 0.0
         if reserved >= 1.0 or (total and reserved >= 0.05 * total):

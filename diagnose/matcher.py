@@ -472,7 +472,9 @@ class Scanner:
         self.reached.add(phase)
         if phase not in ("start", "args"):  # those two must stay: they reveal a restart
             self._retire_all(lambda x: x.what == "phases" and x.phase == phase)
-        self.timeline.append(PhaseMark(phase, line.number, line.timestamp, line.source, line.message[:200]))
+        # a line without its own time (uvicorn's) happened at the last time the log showed
+        when = line.timestamp or self.last_time
+        self.timeline.append(PhaseMark(phase, line.number, when, line.source, line.message[:200]))
         if idx > cur:
             self.current_phase = phase
         if self.pending_context:

@@ -134,6 +134,15 @@ def _phase_from_marks(phase: str | None) -> str | None:
     return None
 
 
+def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
+    """Seconds from ready to this hit, when the log's clock tells."""
+    ready_t = next((seconds(m.time) for m in result.timeline if m.phase == "ready"), None)
+    now = seconds(rec.hit.line.timestamp or rec.last_time)
+    if ready_t is None or now is None or now < ready_t:
+        return None
+    return int(now - ready_t)
+
+
 def oom_phase(
     rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles, engine: str
 ) -> tuple[str, str | None]:
@@ -144,9 +153,8 @@ def oom_phase(
     if "serving" in reached:
         return "runtime", None
     if "ready" in reached:
-        ready_t = next((seconds(m.time) for m in result.timeline if m.phase == "ready"), None)
-        now = seconds(rec.hit.line.timestamp or rec.last_time)
-        if ready_t is not None and now is not None and now - ready_t > RUNTIME_AFTER_READY_S:
+        up = uptime(rec, result)
+        if up is not None and up > RUNTIME_AFTER_READY_S:
             return "runtime", None
         return "startup", None
     from_marks = _phase_from_marks(rec.phase_at)
@@ -212,6 +220,10 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
         )
         if cls in ("oom", "kv_cache_too_small"):
             f.oom_phase, f.phase_inferred = oom_phase(rec, cls, result, profiles, engine)
+            if f.oom_phase == "runtime":
+                up = uptime(rec, result)
+                if up is not None:
+                    f.facts["uptime_s"] = up
         if rec.run < last_run:
             f.severity = "warning"
             f.note = f"from an earlier run; the server was restarted at line {result.run_start_line}"
