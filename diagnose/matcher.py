@@ -100,6 +100,10 @@ class Scanner:
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self._by_needle = dict(by_needle)
+        self._observe_only = {
+            n for n, hs in self._by_needle.items() if hs and all(getattr(h, "what", "") == "observe" for h in hs)
+        }
+        self._latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         self._order = {id(m): i for i, m in enumerate(profiles.markers)}
         self._order.update({id(r): 10_000 + i for i, r in enumerate(self.rules)})
         # Markers stop being searched once they can tell nothing new (a phase already
@@ -196,7 +200,11 @@ class Scanner:
                 found.add(needles[matches[i][0]])
                 i += 1
             self.lineno += block.count(b"\n", pos, start) + 1
-            self._process(block[start:end], found)
+            if found <= self._observe_only:
+                # a stats line: only the latest one matters, so keep its bytes and read it at the end
+                self._latest_observed[frozenset(found)] = (self.lineno, block[start:end])
+            else:
+                self._process(block[start:end], found)
             pos = end + 1
             while self._collect is not None and pos < n:
                 nl = block.find(b"\n", pos)
@@ -486,6 +494,14 @@ class Scanner:
     # --- end ----------------------------------------------------------------------------
 
     def finish(self) -> ScanResult:
+        for (number, raw), found in sorted((v, k) for k, v in self._latest_observed.items()):
+            line = make_line(self.source, number, raw)
+            for needle in found:
+                for mk in self._by_needle[needle]:
+                    m = mk.search(mk.target(line)) if id(mk) not in self._retired else None
+                    if m is not None:
+                        self.observed.update(typed_facts(m.groupdict()))
+        self._latest_observed = {}
         for stream, tb in list(self.open_tbs.items()):
             self._close_tb(stream, tb)
         engine = self._active_engine()
