@@ -55,6 +55,17 @@ class Context:
     frames: set[str]
     observed: dict[str, Any]  # what the engine reported (KV tokens, running requests, usage)
     rule: Any = None
+    device: dict[str, Any] | None = None  # the GPU snapshot (JSON form), when given
+
+    @property
+    def visible_gpus(self) -> int | None:
+        return self.device["count"] if self.device else None
+
+    @property
+    def idle_gpus(self) -> list[int]:
+        if not self.device:
+            return []
+        return [g["index"] for g in self.device["gpus"] if (g.get("memory_used_mib") or 0) <= 1024]
 
     def current(self, param: str) -> Any:
         """The value in force: launched with, said by the error, reported, else the default."""
@@ -184,7 +195,10 @@ class Advisor:
             self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
         )
         cur = _as_int(known) or 1
-        gpus = _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
+        gpus = (
+            _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
+            or self.ctx.visible_gpus
+        )
         heads = _as_int(f.facts.get("heads") or f.facts.get("numerator"))
         denom = _as_int(f.facts.get("tensor_parallel_size") or f.facts.get("denominator"))
         if denom:
@@ -331,9 +345,15 @@ class Advisor:
                 param, "1", "falls back from the /dev/shm transport when shared memory cannot be enlarged"
             )
         elif param == "env:CUDA_VISIBLE_DEVICES":
-            self.add(
-                param, "<idle GPU ids>", "start the server on GPUs no other process uses (check `nvidia-smi`)"
-            )
+            idle = self.ctx.idle_gpus
+            if idle:
+                self.add(param, ",".join(str(i) for i in idle), "the snapshot shows these GPUs idle")
+            else:
+                self.add(
+                    param,
+                    "<idle GPU ids>",
+                    "start the server on GPUs no other process uses (check `nvidia-smi`)",
+                )
         elif param == "action:free_gpu":
             self.free_gpu()
         elif param == "action:free_port":
@@ -663,6 +683,7 @@ def advise(
     rule: Any = None,
     frames: set[str] | None = None,
     observed: dict[str, Any] | None = None,
+    device: dict[str, Any] | None = None,
 ) -> list[Change]:
     if finding is None:
         return []
@@ -674,6 +695,7 @@ def advise(
         frames=frames or set(),
         observed=observed or {},
         rule=rule,
+        device=device,
     )
     return Advisor(ctx).run()
 

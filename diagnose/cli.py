@@ -72,6 +72,10 @@ def scan(
     fmt: Annotated[Format, typer.Option("--format", help="text, json or markdown.")] = Format.text,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option("--gpus", help="nvidia-smi output (CSV query, table or -q) to cross-check against."),
+    ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Show every finding.")] = False,
 ) -> None:
     """Read a server log and say what failed, when, and the next change to make."""
@@ -84,7 +88,7 @@ def scan(
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine)
+    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine, gpus=gpus)
     if json_out or fmt is Format.json:
         print(render_json(d))
     elif fmt is Format.markdown:
@@ -92,6 +96,54 @@ def scan(
     else:
         render_text(d, _console(), show_all)
     raise typer.Exit(EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK)
+
+
+@app.command()
+def device(
+    file: Annotated[
+        str | None, typer.Argument(help="nvidia-smi output; '-' reads stdin; none runs nvidia-smi.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the device JSON.")] = False,
+    parallel: Annotated[
+        int | None, typer.Option("--tp", help="The tensor × pipeline parallel size you plan to launch with.")
+    ] = None,
+    visible: Annotated[
+        str | None,
+        typer.Option(
+            "--visible-devices", help="CUDA_VISIBLE_DEVICES to apply (default: this environment's)."
+        ),
+    ] = None,
+) -> None:
+    """The GPUs in one line: count, model, memory, use, drivers; then what stands in the way."""
+    import json
+
+    from .device import apply_visible_devices, parse_nvidia_smi, query_live
+
+    piped = ""
+    if file in (None, "-") and sys.stdin is not None and not sys.stdin.isatty():
+        piped = sys.stdin.read(4 << 20)
+    if file == "-" or (file is None and piped.strip()):
+        snap = parse_nvidia_smi(piped)
+    elif file is None:
+        snap = query_live()
+    else:
+        try:
+            with open(file, encoding="utf-8", errors="replace") as f:
+                text = f.read(4 << 20)
+        except OSError as e:
+            raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
+        snap = parse_nvidia_smi(text)
+    cvd = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    snap = apply_visible_devices(snap, cvd)
+    warnings = snap.warnings(parallel)
+    if json_out:
+        print(json.dumps(snap.to_json(parallel), indent=2))
+    else:
+        c = _console()
+        c.print(Text(snap.summary(), style="bold"))
+        for w in warnings:
+            c.print(Text(f"  ! {w.kind}: {w.text}", style="yellow"))
+    raise typer.Exit(EXIT_FOUND if warnings else EXIT_OK)
 
 
 @rules_app.command("list")
@@ -192,7 +244,14 @@ def _root(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
         if sys.stdin is not None and not sys.stdin.isatty():
             ctx.invoke(
-                scan, files=["-"], json_out=False, fmt=Format.text, engine=None, rules=None, show_all=False
+                scan,
+                files=["-"],
+                json_out=False,
+                fmt=Format.text,
+                engine=None,
+                rules=None,
+                gpus=None,
+                show_all=False,
             )
         else:
             typer.echo(ctx.get_help())

@@ -101,7 +101,9 @@ class Scanner:
             by_needle.setdefault(n, [])
         self._by_needle = dict(by_needle)
         self._observe_only = {
-            n for n, hs in self._by_needle.items() if hs and all(getattr(h, "what", "") == "observe" for h in hs)
+            n
+            for n, hs in self._by_needle.items()
+            if hs and all(getattr(h, "what", "") == "observe" for h in hs)
         }
         self._latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         self._order = {id(m): i for i, m in enumerate(profiles.markers)}

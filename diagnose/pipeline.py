@@ -6,11 +6,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .advice import advise, advise_incomplete
+from .crosscheck import cross_check
+from .device import DeviceError, DeviceSnapshot, apply_visible_devices, parse_nvidia_smi
 from .engines import Profiles, load_profiles
 from .errors import InputError
 from .lines import Source, read_blocks, resolve_sources
 from .matcher import Scanner, ScanResult
-from .model import Diagnosis
+from .model import Diagnosis, Finding
 from .rules import RuleSet, load_rules
 from .triage import build_findings, detect_engine, hang_finding, last_phase, order, status_of
 
@@ -45,12 +47,40 @@ def scan_sources(
     return scanner.finish()
 
 
-def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str | None = None) -> Diagnosis:
+def diagnose(
+    result: ScanResult,
+    know: Knowledge,
+    source_name: str,
+    engine: str | None = None,
+    snapshot: DeviceSnapshot | None = None,
+    snapshot_error: DeviceError | None = None,
+) -> Diagnosis:
     info = detect_engine(result, engine)
-    findings = order(build_findings(result, know.profiles, info.name))
-    hang = hang_finding(result, result.timeline) if not any(f.severity == "fatal" for f in findings) else None
-    if hang is not None:
-        findings = order([*findings, hang])
+    findings = build_findings(result, know.profiles, info.name)
+    failed = any(f.severity == "fatal" for f in findings)
+    device = None
+    if snapshot is not None:
+        cvd = result.observed.get("cuda_visible_devices")
+        snap = apply_visible_devices(snapshot, str(cvd)) if cvd is not None else snapshot
+        extra, device = cross_check(findings, snap, result.launch, result.observed, failed)
+        findings += extra
+    if snapshot_error is not None and snapshot_error.driver:
+        findings.append(
+            Finding(
+                rule="device.no-gpu",
+                cls="driver",
+                severity="fatal",
+                source="--gpus",
+                line=0,
+                title="The GPU snapshot shows no usable GPU",
+                evidence=str(snapshot_error),
+            )
+        )
+    findings = order(findings)
+    if not any(f.severity == "fatal" for f in findings):
+        hang = hang_finding(result, result.timeline)
+        if hang is not None:
+            findings = order([*findings, hang])
     primary = findings[0] if findings else None
     rule = know.rules.by_id(primary.rule) if primary else None
     advice = advise(
@@ -61,6 +91,7 @@ def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str 
         rule=rule,
         frames=set(primary.frames) if primary else None,
         observed=result.observed,
+        device=device,
     )
     status = status_of(findings, result.timeline)
     if primary is None and status == "incomplete":
@@ -75,14 +106,33 @@ def diagnose(result: ScanResult, know: Knowledge, source_name: str, engine: str 
         timeline=result.timeline,
         launch=result.launch,
         advice=advice,
+        device=device,
         lines_read=result.lines,
         unmatched_errors=result.unmatched_errors,
     )
 
 
-def scan_paths(paths: list[str], know: Knowledge | None = None, engine: str | None = None) -> Diagnosis:
+def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]:
+    """Read `--gpus FILE`: a snapshot, or the driver error it reports; other problems raise."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(4 << 20)  # nvidia-smi output is small; a huge file is not one
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the GPU snapshot: {e.strerror or e}") from None
+    try:
+        return parse_nvidia_smi(text), None
+    except DeviceError as e:
+        if e.driver:
+            return None, e
+        raise DeviceError(f"{path}: {e}") from None
+
+
+def scan_paths(
+    paths: list[str], know: Knowledge | None = None, engine: str | None = None, gpus: str | None = None
+) -> Diagnosis:
     know = know or Knowledge.load()
     sources = resolve_sources(paths)
+    snapshot, snap_err = load_snapshot(gpus) if gpus else (None, None)
     result = scan_sources(sources, know, engine)
     name = ", ".join(s.name for s in sources)
-    return diagnose(result, know, name, engine)
+    return diagnose(result, know, name, engine, snapshot, snap_err)

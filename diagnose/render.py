@@ -106,7 +106,7 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
     p = d.primary
     if p:
         console.print()
-        where = f"{p.source}:{p.line}"
+        where = f"{p.source}:{p.line}" if p.line else p.source
         extra = []
         if p.ranks:
             extra.append(f"rank{'s' if len(p.ranks) > 1 else ''} {ranks_text(p.ranks)}")
@@ -131,13 +131,18 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
             info.append(f"seen {p.count} times")
         for line in info:
             console.print(Text("    " + line, style="dim"))
+    if d.device:
+        console.print()
+        console.print(Text.assemble(("  gpus      ", "bold"), d.device["summary"]))
+        for w in d.device["warnings"]:
+            console.print(Text(f"    ! {w['text']}", style="yellow"))
     if d.timeline:
         console.print()
         t = Text("  timeline  ", style="bold")
         marks: list[tuple[int, str, str]] = [
             (m.line, PHASE_LABEL.get(m.phase, m.phase), "") for m in d.timeline
         ]
-        if p and p.severity == "fatal":
+        if p and p.severity == "fatal" and p.line:
             marks.append((p.line, "✗", "red"))
         for i, (line, label, style) in enumerate(sorted(marks, key=lambda x: (x[0], x[1] == "✗"))):
             if i:
@@ -256,6 +261,10 @@ def render_markdown(d: Diagnosis) -> str:
             out += ["**Alternatives** (one at a time):", ""]
             out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
             out += [""]
+    if d.device:
+        out += [f"**GPUs:** {d.device['summary']}", ""]
+        out += [f"- ⚠ {w['text']}" for w in d.device["warnings"]]
+        out += [""] if d.device["warnings"] else []
     if d.timeline:
         out += ["| phase | line | time |", "|---|---|---|"]
         out += [f"| {PHASE_LABEL.get(m.phase, m.phase)} | {m.line} | {m.time or ''} |" for m in d.timeline]
