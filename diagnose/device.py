@@ -259,7 +259,11 @@ SEED_FIELDS = ["index", "name", "memory.total", "memory.used", "driver_version"]
 
 
 def _csv_rows(text: str) -> list[list[str]]:
-    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if any(c.strip() for c in r)]
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if any(c.strip() for c in r)]
+    except csv.Error as e:
+        raise DeviceError(f"not a CSV snapshot ({e})") from None
     return [[c.strip() for c in r] for r in rows]
 
 
@@ -279,8 +283,8 @@ def parse_csv(text: str) -> DeviceSnapshot:
         raise DeviceError(
             "this CSV lists processes only (--query-compute-apps); add the GPU query: " + " ".join(SEED_QUERY)
         )
-    if "name" not in fields and "memory.total" not in fields:
-        raise DeviceError("the CSV has neither GPU names nor memory columns; run " + " ".join(SEED_QUERY))
+    if "memory.total" not in fields or ("name" not in fields and "index" not in fields):
+        raise DeviceError("the CSV does not have the GPU name and memory.total columns; run " + " ".join(SEED_QUERY))
     gpus: list[Gpu] = []
     for n, r in enumerate(body):
         if len(r) != len(fields):

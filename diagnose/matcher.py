@@ -394,11 +394,8 @@ class Scanner:
             if mk.search(line.text):
                 self._detect_evidence(mk.engine, mk.weight, line)
             return
-        if (
-            engine is not None
-            and mk.engine not in (engine,)
-            and not (mk.engine == "generic" and engine == "generic")
-        ):
+        shared = mk.engine == "generic" and what == "observe"  # e.g. CUDA_VISIBLE_DEVICES, any engine
+        if engine is not None and mk.engine != engine and not shared:
             return
         if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores:
             # an engine is half-detected: its own markers are better than the generic guesses
@@ -450,7 +447,10 @@ class Scanner:
             and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2
         ):
             engine = self._active_engine()
-            self._retire_all(lambda x: x.what == "detect" or (x.engine != engine and x.what != "detect"))
+            self._retire_all(
+                lambda x: x.what == "detect"
+                or (x.engine != engine and not (x.engine == "generic" and x.what == "observe"))
+            )
 
     def _collect_line(self, line: Line) -> None:
         assert self._collect is not None

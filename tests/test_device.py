@@ -1,0 +1,191 @@
+"""nvidia-smi snapshots: the three formats, the one-line conclusion, the warnings, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose.device import DeviceError, apply_visible_devices, parse_apps_csv, parse_nvidia_smi
+
+from .conftest import FIXTURES, REFERENCE, ROOT
+
+SMI = FIXTURES / "nvidia-smi"
+EXPECT = yaml.safe_load((SMI / "expect.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_conclusion_and_warnings(name):
+    want = EXPECT[name]
+    snap = parse_nvidia_smi((SMI / name).read_text())
+    assert snap.summary() == want["summary"]
+    assert [w.kind for w in snap.warnings(4)] == want["warnings"]
+    if "processes" in want:
+        assert [len(g.processes) for g in snap.gpus] == want["processes"]
+
+
+def test_processes_and_fields_from_the_table():
+    snap = parse_nvidia_smi((SMI / "table-2x-a100-550-busy.txt").read_text())
+    g0 = snap.gpus[0]
+    assert (g0.index, g0.bus_id, g0.memory_used_mib, g0.memory_total_mib) == (
+        0,
+        "00000000:07:00.0",
+        40323,
+        81920,
+    )
+    assert (g0.processes[0].pid, g0.processes[0].name, g0.processes[0].used_mib) == (
+        3888866,
+        "python3",
+        40312,
+    )
+    assert snap.cuda_version == "12.4" and snap.source == "table"
+    q = parse_nvidia_smi((SMI / "query-q-1x-a100-busy.txt").read_text())
+    assert q.gpus[0].uuid.startswith("GPU-8c1f") and q.gpus[0].memory_free_mib == 8451 and q.source == "query"
+
+
+@pytest.mark.skipif(not (REFERENCE / "nvidia-smi").is_dir(), reason="../shared/reference not present")
+@pytest.mark.parametrize(
+    "name,count,total_gib,busy",
+    [
+        ("01-rtx3060-laptop-table-no-processes.txt", 1, 6.0, False),
+        ("02-rtx-a6000-table.txt", 1, 48.0, False),
+        ("03-rtx-a6000-x2-csv-with-compute-apps.txt", 2, 48.0, False),
+        ("04-h200-x1-csv.txt", 1, 140.4, False),
+        ("05-quadro-rtx4000-csv-busy.txt", 1, 8.0, True),
+        ("06-l4-x1-csv-with-driver.txt", 1, 22.5, False),
+    ],
+)
+def test_real_reference_outputs(name, count, total_gib, busy):
+    snap = parse_nvidia_smi((REFERENCE / "nvidia-smi" / name).read_text())
+    assert snap.count == count and snap.gpus[0].total_gib == total_gib
+    assert ("busy" in [w.kind for w in snap.warnings()]) == busy
+
+
+@pytest.mark.parametrize("name", ["no-devices.txt", "no-driver.txt"])
+def test_no_gpu_outputs_are_driver_errors(name):
+    with pytest.raises(DeviceError) as e:
+        parse_nvidia_smi((SMI / name).read_text())
+    assert e.value.driver
+
+
+@pytest.mark.parametrize(
+    "text,msg",
+    [
+        ("", "empty"),
+        ("index, name, memory.total [MiB]\n0, NVIDIA A100", "fields"),
+        ((SMI / "table-2x-a100-550-busy.txt").read_text().split("| N/A   34C")[0], "no memory line"),
+        ("hello world\nthis is not nvidia-smi\n", "GPU name and memory.total columns"),
+        (
+            "gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\n00000000:07:00.0, 1234, python3, 40312 MiB\n",
+            "processes only",
+        ),
+    ],
+)
+def test_garbled_output_is_a_clean_error(text, msg):
+    with pytest.raises(DeviceError, match=msg):
+        parse_nvidia_smi(text)
+
+
+def test_compute_apps_csv():
+    procs = parse_apps_csv(
+        "gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\n00000000:07:00.0, 1234, python3, 40312 MiB\n"
+    )
+    assert [(p.pid, p.name, p.used_mib, p.bus_id) for p in procs] == [
+        (1234, "python3", 40312, "00000000:07:00.0")
+    ]
+
+
+def test_cuda_visible_devices_narrows_the_view():
+    snap = parse_nvidia_smi((SMI / "table-8x-h100-570.txt").read_text())
+    two = apply_visible_devices(snap, "2,3")
+    assert two.count == 2 and [g.index for g in two.gpus] == [2, 3]
+    assert any(w.kind == "visible_devices" and "hides GPU 0,1,4,5,6,7" in w.text for w in two.warnings())
+    bad = apply_visible_devices(snap, "0,9,1")
+    assert bad.count == 1 and any("names 9" in w.text for w in bad.warnings())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600))
+def test_fuzz_any_text_gives_a_snapshot_or_a_clean_error(text):
+    try:
+        snap = parse_nvidia_smi(text)
+    except DeviceError:
+        return
+    assert snap.count >= 1 and isinstance(snap.summary(), str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=5000), st.integers(min_value=1, max_value=4000))
+def test_fuzz_truncated_real_outputs(cut_at, drop):
+    for name in ("table-2x-a100-550-busy.txt", "query-q-1x-a100-busy.txt", "csv-seed-2x-a100.csv"):
+        text = (SMI / name).read_text()
+        text = text[:cut_at] + text[cut_at + drop :]
+        try:
+            parse_nvidia_smi(text)
+        except DeviceError:
+            pass
+
+
+def run(cmd, stdin=None):
+    return subprocess.run(cmd, input=stdin, capture_output=True, cwd=ROOT, timeout=60)
+
+
+def test_device_command(cli):
+    p = run([*cli, "device", str(SMI / "table-2x-a100-550-busy.txt"), "--tp", "4"])
+    out = p.stdout.decode()
+    assert p.returncode == 1 and out.splitlines()[0] == EXPECT["table-2x-a100-550-busy.txt"]["summary"]
+    assert "busy: GPU 0 has 39.4 GiB in use (pid 3888866 python3 39.4 GiB)" in out
+    p = run([*cli, "device", "--json", "-"], stdin=(SMI / "csv-noheader-nounits-4x-l40s.csv").read_bytes())
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["count"] == 4 and doc["warnings"] == []
+    assert set(doc["gpus"][0]) >= {
+        "index",
+        "name",
+        "memory_total_mib",
+        "memory_used_mib",
+        "driver_version",
+        "processes",
+    }
+    p = run([*cli, "device", str(SMI / "no-driver.txt")])
+    assert p.returncode == 2 and b"NVIDIA driver" in p.stderr and b"Traceback" not in p.stderr
+
+
+def test_scan_cross_check(cli):
+    log = FIXTURES / "logs" / "vllm" / "healthy-v1-tp4-interleaved-docker.log"
+    p = run([*cli, "scan", "--json", str(log), "--gpus", str(SMI / "csv-seed-2x-a100.csv")])
+    doc = json.loads(p.stdout)
+    assert doc["device"]["count"] == 2 and doc["device"]["summary"].startswith("2 GPUs visible")
+    assert {"kind": "too_few_gpus", "text": "the parallel size asks for 4 GPUs but 2 are visible"} in doc[
+        "device"
+    ]["warnings"]
+    assert doc["primary"]["rule"] == "device.too-few-gpus" and doc["primary"]["class"] == "tp_mismatch"
+    p = run([*cli, "scan", str(log), "--gpus", str(SMI / "csv-seed-2x-a100.csv")])
+    assert "gpus      2 GPUs visible" in p.stdout.decode()
+
+
+def test_scan_busy_gpu_turns_oom_into_gpu_busy(cli):
+    log = FIXTURES / "logs" / "vllm" / "oom-load-v0-other-process.log"
+    doc = json.loads(
+        run([*cli, "scan", "--json", str(log), "--gpus", str(SMI / "table-2x-a100-550-busy.txt")]).stdout
+    )
+    assert doc["primary"]["class"] == "gpu_busy" and doc["advice"][0]["param"] == "action:free_gpu"
+    assert "3888866" in doc["advice"][0]["why"]
+    assert any(c["param"] == "env:CUDA_VISIBLE_DEVICES" and c["to"] == "1" for c in doc["advice"])
+
+
+def test_scan_snapshot_without_driver_is_a_driver_finding(cli):
+    log = FIXTURES / "logs" / "vllm" / "healthy-v0-061-ready.log"
+    p = run([*cli, "scan", "--json", str(log), "--gpus", str(SMI / "no-driver.txt")])
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["primary"]["class"] == "driver" and doc["device"] is None
+
+
+def test_scan_with_garbled_snapshot_is_exit_2(cli, tmp_path):
+    bad = tmp_path / "smi.txt"
+    bad.write_text("what is this\n")
+    p = run([*cli, "scan", str(FIXTURES / "logs" / "vllm" / "healthy-v0-061-ready.log"), "--gpus", str(bad)])
+    assert p.returncode == 2 and str(bad).encode() in p.stderr and b"Traceback" not in p.stderr
