@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -188,3 +189,29 @@ def test_scan_with_garbled_snapshot_is_exit_2(cli, tmp_path):
     bad.write_text("what is this\n")
     p = run([*cli, "scan", str(FIXTURES / "logs" / "vllm" / "healthy-v0-061-ready.log"), "--gpus", str(bad)])
     assert p.returncode == 2 and str(bad).encode() in p.stderr and b"Traceback" not in p.stderr
+
+
+def test_device_runs_nvidia_smi_when_on_path(cli, tmp_path):
+    """No input: the seed's query is run (here a stand-in nvidia-smi that prints a real format)."""
+    fake = tmp_path / "nvidia-smi"
+    csv_text = (SMI / "csv-seed-2x-a100.csv").read_text()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f"  *--query-gpu=index,name,memory.total,memory.used,driver_version*) cat <<'X'\n{csv_text}X\n;;\n"
+        "  *--query-compute-apps*) printf 'gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\\n' ;;\n"
+        "  *) exit 9 ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    p = subprocess.run(
+        [*cli, "device"], capture_output=True, env=env, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().splitlines()[0] == EXPECT["csv-seed-2x-a100.csv"]["summary"]
+    env["PATH"] = str(tmp_path / "nothing-here")
+    p = subprocess.run(
+        [*cli, "device"], capture_output=True, env=env, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert p.returncode == 2 and b"nvidia-smi is not on PATH" in p.stderr and b"--query-gpu" in p.stderr
