@@ -146,6 +146,137 @@ def device(
     raise typer.Exit(EXIT_FOUND if warnings else EXIT_OK)
 
 
+BudgetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--budget", help="Hang budget: PHASE=SECONDS (repeatable) or SECONDS for every phase."),
+]
+
+
+def _live_setup(engine, rules, gpus, budget, follow):  # type: ignore[no-untyped-def]
+    from .live import LiveSession, parse_budgets
+    from .pipeline import load_snapshot
+
+    try:
+        budgets = parse_budgets(budget)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--budget") from None
+    snapshot, _err = load_snapshot(gpus) if gpus else (None, None)
+    return (
+        LiveSession,
+        dict(engine=engine, budgets=budgets, follow_after_ready=follow, snapshot=snapshot),
+        rules,
+    )
+
+
+def _finish_live(verdict, json_out: bool, console: Console, started: float) -> int:  # type: ignore[no-untyped-def]
+    import time
+
+    from .render import render_json, render_text
+
+    d = verdict.diagnosis
+    if json_out:
+        print(render_json(d))
+    else:
+        if verdict.kind == "ready":
+            console.print(Text(f"ready in {time.monotonic() - started:.0f} s", style="bold green"))
+        elif verdict.kind == "timeout":
+            console.print(
+                Text("gave up waiting (--timeout): the server is not ready yet", style="bold yellow")
+            )
+        render_text(d, console)
+    if verdict.kind == "ready" or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
+        return EXIT_OK
+    return EXIT_FOUND
+
+
+@app.command()
+def watch(
+    file: Annotated[str, typer.Argument(help="The log to follow (it may not exist yet).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep watching after ready, for runtime failures.")
+    ] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after S seconds.")] = None,
+    from_end: Annotated[bool, typer.Option("--from-end", help="Skip what the file already holds.")] = False,
+    poll: Annotated[bool, typer.Option("--poll", help="Poll instead of inotify (NFS, bind mounts).")] = False,
+    budget: BudgetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the final diagnosis as JSON.")] = False,
+    engine: EngineOpt = None,
+    rules: RulesOpt = None,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="nvidia-smi output to cross-check against.")
+    ] = None,
+) -> None:
+    """Follow a startup log live: phases as they pass, a verdict on the first fatal line, ready, or a hang."""
+    import time
+
+    from .follow import Follower
+    from .live import Verdict, make_progress
+
+    session_cls, kwargs, rules = _live_setup(engine, rules, gpus, budget, follow)
+    session = session_cls(_knowledge(rules), file, **kwargs)
+    console = _console()
+    follower = Follower(file, session.feed, from_end=from_end, poll=poll)
+    try:
+        follower.start()
+    except FileNotFoundError as e:
+        raise InputError(str(e)) from None
+    progress = make_progress(session, console, json_out)
+    started = time.monotonic()
+    verdict = None
+    try:
+        while verdict is None:
+            follower.check()
+            verdict = session.check()
+            progress.update()
+            if verdict is None and timeout is not None and time.monotonic() - started > timeout:
+                follower.flush_partial()
+                verdict = Verdict("timeout", session.diagnosis(final=True))
+            if verdict is None:
+                follower.wait(0.5)
+    finally:
+        progress.stop()
+        follower.stop()
+    raise typer.Exit(_finish_live(verdict, json_out, console, started))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    log: Annotated[str | None, typer.Option("--log", help="Write the server's output here too.")] = None,
+    stop_on_failure: Annotated[
+        bool, typer.Option("--stop-on-failure", help="Terminate the server on a fatal finding.")
+    ] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up watching after S seconds.")
+    ] = None,
+    budget: BudgetOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the final diagnosis as JSON.")] = False,
+    engine: EngineOpt = None,
+    rules: RulesOpt = None,
+) -> None:
+    """Start a server (`diagnose run -- vllm serve …`), tee its output, and diagnose it live."""
+    from .child import run_child
+
+    cmd = list(ctx.args)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise typer.BadParameter("give the server command after --, e.g. diagnose run -- vllm serve MODEL")
+    session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
+    session = session_cls(_knowledge(rules), log or "server", **kwargs)
+    console = _console()
+    verdict, child_rc, started = run_child(cmd, session, console, log, stop_on_failure, timeout, json_out)
+    rc = _finish_live(verdict, json_out, console, started)
+    if not json_out:
+        console.print(
+            Text(
+                f"  server exit code: {child_rc}" if child_rc is not None else "  server still running",
+                style="dim",
+            )
+        )
+    raise typer.Exit(rc)
+
+
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
     """Every rule with its class, severity and engines."""

@@ -284,7 +284,9 @@ def parse_csv(text: str) -> DeviceSnapshot:
             "this CSV lists processes only (--query-compute-apps); add the GPU query: " + " ".join(SEED_QUERY)
         )
     if "memory.total" not in fields or ("name" not in fields and "index" not in fields):
-        raise DeviceError("the CSV does not have the GPU name and memory.total columns; run " + " ".join(SEED_QUERY))
+        raise DeviceError(
+            "the CSV does not have the GPU name and memory.total columns; run " + " ".join(SEED_QUERY)
+        )
     gpus: list[Gpu] = []
     for n, r in enumerate(body):
         if len(r) != len(fields):

@@ -448,8 +448,10 @@ class Scanner:
         ):
             engine = self._active_engine()
             self._retire_all(
-                lambda x: x.what == "detect"
-                or (x.engine != engine and not (x.engine == "generic" and x.what == "observe"))
+                lambda x: (
+                    x.what == "detect"
+                    or (x.engine != engine and not (x.engine == "generic" and x.what == "observe"))
+                )
             )
 
     def _collect_line(self, line: Line) -> None:
@@ -495,7 +497,8 @@ class Scanner:
 
     # --- end ----------------------------------------------------------------------------
 
-    def finish(self) -> ScanResult:
+    def apply_observed(self) -> None:
+        """Read the stats lines kept as bytes (only the latest of each kind matters)."""
         for (number, raw), found in sorted((v, k) for k, v in self._latest_observed.items()):
             line = make_line(self.source, number, raw)
             for needle in found:
@@ -504,8 +507,21 @@ class Scanner:
                     if m is not None:
                         self.observed.update(typed_facts(m.groupdict()))
         self._latest_observed = {}
+
+    @property
+    def open_tracebacks(self) -> int:
+        return len(self.open_tbs)
+
+    def finish(self) -> ScanResult:
+        """The log has ended: close what is open and hand over the result."""
+        self.apply_observed()
         for stream, tb in list(self.open_tbs.items()):
             self._close_tb(stream, tb)
+        return self.snapshot()
+
+    def snapshot(self) -> ScanResult:
+        """The result so far, without ending anything (for live diagnosis)."""
+        self.apply_observed()
         engine = self._active_engine()
         launch: dict[str, Any] = {}
         names: dict[str, str] = {}
@@ -518,9 +534,9 @@ class Scanner:
         for e in order:
             launch.update(canonical_launch(self.launch_raw[e], names))
         return ScanResult(
-            hits=self.hits,
+            hits=list(self.hits),
             hit_counts=dict(self.hit_counts),
-            timeline=self.timeline,
+            timeline=list(self.timeline),
             earlier_runs=self.run,
             engine_scores=dict(self.engine_scores),
             engine_reason=self.engine_reason,

@@ -54,9 +54,10 @@ def diagnose(
     engine: str | None = None,
     snapshot: DeviceSnapshot | None = None,
     snapshot_error: DeviceError | None = None,
+    extra: list[Finding] | None = None,
 ) -> Diagnosis:
     info = detect_engine(result, engine)
-    findings = build_findings(result, know.profiles, info.name)
+    findings = build_findings(result, know.profiles, info.name) + list(extra or [])
     failed = any(f.severity == "fatal" for f in findings)
     device = None
     if snapshot is not None:

@@ -1,0 +1,164 @@
+"""`diagnose run`: start the server as a child, tee its output, diagnose it live.
+
+The child gets its own process group so signals reach the whole server (API process and
+workers); Ctrl-C and SIGTERM are forwarded to it, a second Ctrl-C kills it. Output is read
+as it comes (select on the pipe), so a last line without a newline and a child that exits
+at once are both handled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from .errors import InputError
+from .live import LiveSession, Verdict, make_progress
+from .model import Finding
+
+KILL_GRACE_S = float(os.environ.get("DIAGNOSE_KILL_GRACE_S", "10"))
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def terminate(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM the server's group; SIGKILL what is left after the grace period."""
+    if proc.poll() is not None:
+        return
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def run_child(
+    cmd: list[str],
+    session: LiveSession,
+    console: Console,
+    log_path: str | None,
+    stop_on_failure: bool,
+    timeout: float | None,
+    json_out: bool = False,
+) -> tuple[Verdict, int | None, float]:
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise InputError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
+    assert proc.stdout is not None
+    logf: Any = None
+    if log_path:
+        try:
+            logf = open(log_path, "ab")  # noqa: SIM115 - closed below
+        except OSError as e:
+            terminate(proc)
+            raise InputError(f"{log_path}: cannot write the log: {e.strerror or e}") from None
+    interrupts = 0
+
+    def forward(sig: int, _frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        _signal_group(proc, signal.SIGKILL if interrupts > 1 else sig)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    fd = proc.stdout.fileno()
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    progress = make_progress(session, console, json_out)
+    partial = b""
+    verdict: Verdict | None = None
+    announced_ready = False
+    try:
+        while True:
+            eof = False
+            if sel.select(timeout=0.5):
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    eof = True
+                else:
+                    if logf is not None:
+                        logf.write(data)
+                        logf.flush()
+                    buf = partial + data
+                    cut = buf.rfind(b"\n")
+                    if cut >= 0:
+                        session.feed(buf[: cut + 1])
+                        partial = buf[cut + 1 :]
+                    else:
+                        partial = buf
+            if eof:
+                break
+            if verdict is None:
+                v = session.check()
+                if v is not None and v.kind == "ready":
+                    if not announced_ready:
+                        announced_ready = True
+                        progress.stop()
+                        console.print(
+                            Text(
+                                f"ready in {time.monotonic() - started:.0f} s; watching for runtime failures",
+                                style="bold green",
+                            )
+                        )
+                        progress = make_progress(session, console, json_out)
+                    session.follow_after_ready = True
+                elif v is not None:
+                    verdict = v
+                    if stop_on_failure:
+                        progress.stop()
+                        terminate(proc)
+                progress.update()
+            if timeout is not None and verdict is None and time.monotonic() - started > timeout:
+                verdict = Verdict("timeout", session.diagnosis())
+                break
+        if partial:
+            session.feed(partial + b"\n")  # a last line the server never finished
+        rc = proc.poll()
+        if rc is None and eof:
+            rc = proc.wait()
+        if verdict is None:
+            verdict = session.check(final=True) or _ended(session, rc)
+    finally:
+        progress.stop()
+        sel.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if logf is not None:
+            logf.close()
+    return verdict, proc.poll(), started
+
+
+def _ended(session: LiveSession, rc: int | None) -> Verdict:
+    """The server exited with no finding: a non-zero exit is still a failure."""
+    if rc not in (0, None):
+        how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+        f = Finding(
+            rule="run.exit",
+            cls="unknown_error",
+            severity="fatal",
+            title=f"The server {how}",
+            line=session.lines,
+            source=session.source,
+            evidence=session.last_line or "(no output)",
+            facts={"exit_code": rc},
+        )
+        return Verdict("fatal", session.diagnosis(extra=[f], final=True))
+    return Verdict("ended", session.diagnosis(final=True))

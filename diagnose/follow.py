@@ -1,0 +1,173 @@
+"""Follow a log file by name, like `tail -F`, on watchdog events.
+
+Waits for a file that does not exist yet; survives rotation (rename + create) and
+truncation (copytruncate); holds a partial last line until its newline arrives; never
+drops or repeats a line. Sleeps on an event between writes, so an idle follow costs
+nothing: inotify where it works, watchdog's polling observer where it does not (NFS,
+Docker bind mounts) or when asked with `poll=True`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+READ_SIZE = 1 << 20
+SAFETY_CHECK_S = 1.0  # also look every second: events can be lost or coalesced
+
+
+@dataclass
+class FileId:
+    dev: int
+    ino: int
+
+
+def _file_id(path: str) -> FileId | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return FileId(st.st_dev, st.st_ino)
+
+
+class Follower:
+    """Calls `on_block(bytes)` with runs of complete lines as the file grows."""
+
+    def __init__(
+        self,
+        path: str,
+        on_block: Callable[[bytes], None],
+        from_end: bool = False,
+        poll: bool = False,
+        poll_interval: float = 0.25,
+    ):
+        self.path = os.path.abspath(path)
+        self.on_block = on_block
+        self.from_end = from_end
+        self.poll = poll
+        self.poll_interval = poll_interval
+        self.wake = threading.Event()
+        self._f: BinaryIO | None = None
+        self._id: FileId | None = None
+        self._partial = b""
+        self._observer = None
+        self.rotations = 0
+        self.truncations = 0
+
+    # --- watchdog ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+
+        follower = self
+
+        class Wake(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                follower.wake.set()
+
+        directory = os.path.dirname(self.path) or "."
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"{directory}: no such directory to watch")
+        observer = None
+        if not self.poll:
+            try:
+                from watchdog.observers import Observer
+
+                observer = Observer()
+                observer.schedule(Wake(), directory, recursive=False)
+                observer.start()
+            except OSError:
+                observer = None  # inotify limits or an unsupported file system: poll instead
+        if observer is None:
+            from watchdog.observers.polling import PollingObserver
+
+            observer = PollingObserver(timeout=self.poll_interval)
+            observer.schedule(Wake(), directory, recursive=False)
+            observer.start()
+        self._observer = observer
+        self._open(initial=True)
+        self.wake.set()
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+            self._observer = None
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    @property
+    def observer_kind(self) -> str:
+        return type(self._observer).__name__ if self._observer is not None else "none"
+
+    # --- reading -------------------------------------------------------------------------
+
+    def _open(self, initial: bool = False) -> bool:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 - kept open while following
+        except OSError:
+            return False
+        self._f = f
+        self._id = FileId(os.fstat(f.fileno()).st_dev, os.fstat(f.fileno()).st_ino)
+        if initial and self.from_end:
+            f.seek(0, os.SEEK_END)
+        return True
+
+    def _drain(self) -> None:
+        """Read everything the open file has now; hand over complete lines."""
+        f = self._f
+        if f is None:
+            return
+        while True:
+            chunk = f.read(READ_SIZE)
+            if not chunk:
+                break
+            data = self._partial + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                self._partial = data
+                continue
+            self._partial = data[cut + 1 :]
+            self.on_block(data[: cut + 1])
+
+    def check(self) -> None:
+        """One round: read new data, then handle truncation and rotation."""
+        if self._f is None and not self._open():
+            return
+        self._drain()
+        assert self._f is not None
+        try:
+            size = os.fstat(self._f.fileno()).st_size
+        except OSError:
+            size = None
+        if size is not None and size < self._f.tell():
+            # copytruncate: the same file started over
+            self.truncations += 1
+            self._partial = b""
+            self._f.seek(0)
+            self._drain()
+        now = _file_id(self.path)
+        if now is not None and now != self._id:
+            # renamed away and a new file created: finish the old one, then start the new one
+            self._drain()
+            self.flush_partial()
+            self._f.close()
+            self._f = None
+            self.rotations += 1
+            if self._open():
+                self._drain()
+
+    def flush_partial(self) -> None:
+        """Hand over a last line that never got its newline (the writer is gone)."""
+        if self._partial:
+            data, self._partial = self._partial, b""
+            self.on_block(data + b"\n")
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until the directory changes or `timeout` passes."""
+        self.wake.wait(min(timeout, SAFETY_CHECK_S))
+        self.wake.clear()

@@ -1,0 +1,233 @@
+"""watch and run against real processes and files: no sleeps-and-hope, counts checked exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from diagnose.follow import Follower
+
+from .conftest import FIXTURES, ROOT
+
+LOGS = FIXTURES / "logs"
+
+WRITER = r"""
+import sys, time
+src, dst, pause, stop_after = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+with open(src, "rb") as f:
+    lines = f.readlines()
+with open(dst, "ab", buffering=0) as out:
+    for i, line in enumerate(lines):
+        if stop_after and i >= stop_after:
+            time.sleep(600)  # a stalled server: alive, silent
+        out.write(line)
+        time.sleep(pause)
+"""
+
+
+def writer(src, dst, pause=0.002, stop_after=0):
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(dst), str(pause), str(stop_after)])
+
+
+def collect_until(follower: Follower, got: list[bytes], want: int, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while sum(b.count(b"\n") for b in got) < want and time.monotonic() < deadline:
+        follower.check()
+        follower.wait(0.2)
+
+
+def test_watch_a_log_being_written_stops_on_the_fatal_line(cli, tmp_path):
+    log = tmp_path / "serve.log"  # does not exist yet: watch waits for it
+    w = writer(LOGS / "vllm" / "kv-cache-too-small-v1.log", log)
+    try:
+        p = subprocess.run(
+            [*cli, "watch", str(log), "--json", "--timeout", "60"], capture_output=True, timeout=90, cwd=ROOT
+        )
+    finally:
+        w.kill()
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["status"] == "failed"
+    assert doc["primary"]["class"] == "kv_cache_too_small" and doc["advice"][0]["to"] == "72704"
+
+
+def test_watch_healthy_start_exits_0_on_ready(cli, tmp_path):
+    log = tmp_path / "serve.log"
+    w = writer(LOGS / "sglang" / "healthy-tp2-serving.log", log)
+    try:
+        p = subprocess.run(
+            [*cli, "watch", str(log), "--timeout", "60"], capture_output=True, timeout=90, cwd=ROOT
+        )
+    finally:
+        w.kill()
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "ready in" in out and "✓ ready" in out
+    assert "✓ loading weights" in out  # plain timestamped phase lines on a pipe
+
+
+def test_stalled_phase_is_a_hang(cli, tmp_path):
+    log = tmp_path / "serve.log"
+    w = writer(
+        LOGS / "vllm" / "healthy-v0-tp2-serving.log", log, stop_after=16
+    )  # stops inside distributed init
+    try:
+        p = subprocess.run(
+            [*cli, "watch", str(log), "--json", "--budget", "1.5", "--timeout", "60"],
+            capture_output=True,
+            timeout=90,
+            cwd=ROOT,
+        )
+    finally:
+        w.kill()
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["primary"]["class"] == "hang"
+    assert doc["primary"]["facts"]["phase"] == "distributed_init"
+    assert doc["advice"][0]["param"] == "env:NCCL_DEBUG"
+
+
+def test_timeout_gives_up_incomplete(cli, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text("INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n")
+    p = subprocess.run(
+        [*cli, "watch", str(log), "--json", "--timeout", "1"], capture_output=True, timeout=60, cwd=ROOT
+    )
+    assert p.returncode == 1 and json.loads(p.stdout)["status"] == "incomplete"
+
+
+def test_partial_line_is_held_until_its_newline(tmp_path):
+    path = tmp_path / "p.log"
+    path.write_bytes(b"")
+    got: list[bytes] = []
+    f = Follower(str(path), got.append)
+    f.start()
+    try:
+        with open(path, "ab", buffering=0) as out:
+            out.write(b"first half ")
+            f.check()
+            assert got == []
+            out.write(b"second half\nnext")
+            f.check()
+            assert got == [b"first half second half\n"]
+    finally:
+        f.stop()
+
+
+@pytest.mark.parametrize("poll", [False, True])
+def test_rotation_and_truncation_lose_and_repeat_nothing(tmp_path, poll):
+    path = tmp_path / "r.log"
+    got: list[bytes] = []
+    f = Follower(str(path), got.append, poll=poll, poll_interval=0.05)
+    f.start()  # before the file exists
+    n = 0
+
+    def write(k: int) -> None:
+        nonlocal n
+        with open(path, "ab") as out:
+            out.write(b"".join(b"line %d\n" % (n + i) for i in range(k)))
+        n += k
+
+    try:
+        write(1000)
+        collect_until(f, got, 1000)
+        os.rename(path, tmp_path / "r.log.1")  # logrotate: rename, then a new file
+        write(1000)
+        collect_until(f, got, 2000)
+        with open(path, "r+b") as t:  # copytruncate
+            t.truncate(0)
+        f.check()
+        write(500)
+        collect_until(f, got, 2500)
+    finally:
+        f.stop()
+    lines = b"".join(got).splitlines()
+    assert lines == [b"line %d" % i for i in range(2500)]
+    assert f.rotations == 1 and f.truncations == 1
+
+
+def test_two_hundred_thousand_lines_in_bursts(tmp_path):
+    path = tmp_path / "b.log"
+    path.write_bytes(b"")
+    got: list[bytes] = []
+    f = Follower(str(path), got.append)
+    f.start()
+    total = 200_000
+
+    def burst_writer() -> None:
+        with open(path, "ab") as out:
+            for start in range(0, total, 10_000):
+                out.write(b"".join(b"%d\n" % i for i in range(start, start + 10_000)))
+                out.flush()
+                time.sleep(0.01)
+
+    t = threading.Thread(target=burst_writer)
+    t.start()
+    try:
+        collect_until(f, got, total, limit=60)
+    finally:
+        t.join()
+        f.stop()
+    numbers = [int(x) for x in b"".join(got).split()]
+    assert numbers == list(range(total))
+
+
+def test_run_reports_a_crash_and_the_child_exit_code(cli, tmp_path):
+    script = tmp_path / "server.sh"
+    script.write_text(
+        f"#!/bin/sh\ncat {LOGS / 'vllm' / 'oom-startup-v1-cuda-graphs.log'}\n"
+        "printf 'a last line without newline'\nexit 1\n"
+    )
+    script.chmod(0o755)
+    log = tmp_path / "run.log"
+    p = subprocess.run(
+        [*cli, "run", "--log", str(log), "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
+    out = p.stdout.decode()
+    assert (
+        p.returncode == 1 and "✗ failed: CUDA runtime out of memory" in out and "server exit code: 1" in out
+    )
+    assert log.read_bytes().endswith(b"a last line without newline")
+
+
+def test_run_a_server_that_exits_at_once(cli):
+    p = subprocess.run(
+        [*cli, "run", "--json", "--", sys.executable, "-c", "raise SystemExit(3)"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    doc = json.loads(p.stdout)
+    assert (
+        p.returncode == 1
+        and doc["primary"]["rule"] == "run.exit"
+        and doc["primary"]["facts"]["exit_code"] == 3
+    )
+
+
+def test_run_stop_on_failure_kills_a_server_that_ignores_sigterm(cli, tmp_path):
+    script = tmp_path / "stubborn.sh"
+    pidfile = tmp_path / "pid"
+    script.write_text(
+        f"#!/bin/sh\necho $$ > {pidfile}\ntrap '' TERM\n"
+        f"cat {LOGS / 'vllm' / 'gpu-busy-v1.log'}\nwhile true; do sleep 0.2; done\n"
+    )
+    script.chmod(0o755)
+    env = {**os.environ, "DIAGNOSE_KILL_GRACE_S": "1"}
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [*cli, "run", "--stop-on-failure", "--json", "--", str(script)],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
+    assert time.monotonic() - t0 < 30
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["primary"]["class"] == "gpu_busy"
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
