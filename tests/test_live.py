@@ -73,7 +73,7 @@ def test_watch_healthy_start_exits_0_on_ready(cli, tmp_path):
 def test_stalled_phase_is_a_hang(cli, tmp_path):
     log = tmp_path / "serve.log"
     w = writer(
-        LOGS / "vllm" / "healthy-v0-tp2-serving.log", log, stop_after=16
+        LOGS / "vllm" / "healthy-v0-tp2-serving.log", log, stop_after=13
     )  # stops inside distributed init
     try:
         p = subprocess.run(
