@@ -668,11 +668,44 @@ class Advisor:
         self.generic("action:free_port")
 
     def for_hang(self) -> None:
+        """What a stuck phase usually waits on (the seed's "stuck at one line" checklist)."""
+        if self.ctx.rule is not None:
+            return  # an engine's own timeout message: its rule knows the knob
         phase = self.ctx.finding.facts.get("phase") or self.ctx.finding.phase_at
-        if phase in ("distributed_init", None):
+        ranks = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+        if phase in ("distributed_init", None) or (ranks > 1 and phase in ("load_weights", "weights_loaded")):
+            # with several ranks a stall before the weights are in is most often a rank that never joined
             self.generic("env:NCCL_DEBUG")
             self.generic("env:NCCL_P2P_DISABLE")
             self.generic("shm_size")
+        elif phase == "load_weights":
+            self.add(
+                "model",
+                "a local path to the downloaded checkpoint",
+                "weight download or verification is stuck: fetch it first (huggingface-cli download) and "
+                "check disk throughput",
+                self.ctx.current("model"),
+            )
+            self.add("env:HF_HUB_OFFLINE", "1", "no Hub round-trips once the files are local")
+        elif phase in ("weights_loaded", "kv_cache"):
+            self.add(
+                "enforce_eager",
+                "true",
+                "skips torch.compile and graph capture, the usual long waits here "
+                "(or make sure the compile cache directory is writable)",
+                "false",
+            )
+        elif phase == "cuda_graphs":
+            self.generic("enforce_eager")
+            self.generic("action:free_gpu")
+        elif phase == "listening":
+            self.add(
+                "env:NO_PROXY",
+                "localhost,127.0.0.1",
+                "the warm-up request to itself is not coming back; an HTTP proxy often intercepts localhost",
+            )
+        elif phase in ("start", "args", "devices"):
+            self.generic("action:expose_gpu")
 
 
 def advise(
@@ -705,10 +738,19 @@ STALL_PRONE = {"distributed_init"}
 
 
 def advise_incomplete(
-    last_phase: str | None, engine: str, launch: dict[str, Any], profiles: Profiles
+    last_phase: str | None,
+    engine: str,
+    launch: dict[str, Any],
+    profiles: Profiles,
+    observed: dict[str, Any] | None = None,
 ) -> list[Change]:
     """A log that ends mid-startup with no error: what to try if it stays in that phase."""
-    if last_phase not in STALL_PRONE:
+    observed = observed or {}
+    # shards or ranks still waiting while others are up: the classic distributed stall
+    waiting = (_as_int(observed.get("shard_waiting_rank")) or 0) >= 1
+    multi = (_as_int(launch.get("tensor_parallel_size")) or 1) > 1 or waiting
+    stalled = last_phase in STALL_PRONE or (multi and last_phase in ("load_weights", "weights_loaded"))
+    if not stalled:
         return []
     stall = Finding(
         rule="generic.stall",
@@ -719,9 +761,10 @@ def advise_incomplete(
         source="",
         evidence="",
         phase_at=last_phase,
-        facts={"phase": last_phase},
+        facts={"phase": "distributed_init" if waiting else last_phase},
     )
-    changes = advise(stall, engine, launch, profiles)
+    changes = advise(stall, engine, launch, profiles, observed=observed)
+    label = "distributed init" if last_phase == "distributed_init" else "startup with ranks still waiting"
     for c in changes:
-        c.why = f"if it stays in distributed init: {c.why}"
+        c.why = f"if it stays in {label}: {c.why}"
     return changes

@@ -96,7 +96,9 @@ def diagnose(
     )
     status = status_of(findings, result.timeline)
     if primary is None and status == "incomplete":
-        advice = advise_incomplete(last_phase(result.timeline), info.name, result.launch, know.profiles)
+        advice = advise_incomplete(
+            last_phase(result.timeline), info.name, result.launch, know.profiles, result.observed
+        )
     return Diagnosis(
         source=source_name,
         engine=info,
