@@ -11,6 +11,7 @@ Usage: bench/live_latency.py [--trials 200] [--idle 60]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import shutil
@@ -65,10 +66,8 @@ def trial(cmd: list[str], ready: bytes | None, verdict: bytes, shell: bool = Fal
             t1 = read_until(proc, verdict)
             return t1 - t0
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
             proc.wait()
 
 

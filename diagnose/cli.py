@@ -277,6 +277,72 @@ def run(
     raise typer.Exit(rc)
 
 
+@app.command()
+def probe(
+    url: Annotated[str, typer.Argument(help="The server's base URL.")] = "http://127.0.0.1:8000",
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model name (default: the first of /v1/models).")
+    ] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
+    prompt: Annotated[str, typer.Option("--prompt", help="The prompt to send.")] = "你好",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens to generate.")] = 16,
+    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="Seconds to connect.")] = 5.0,
+    first_byte_timeout: Annotated[
+        float, typer.Option("--first-byte-timeout", help="Seconds to wait for the first byte.")
+    ] = 120.0,
+    idle_timeout: Annotated[
+        float, typer.Option("--idle-timeout", help="Longest tolerated gap in a stream.")
+    ] = 30.0,
+    save_baseline: Annotated[
+        str | None, typer.Option("--save-baseline", help="Store the figures here.")
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option("--baseline", help="Compare with a stored baseline.")
+    ] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed regression (0.25 = 25 %).")] = 0.25,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the probe JSON.")] = False,
+) -> None:
+    """Send the minimal completion and check that the server really serves: shape, text, timing."""
+    import json
+
+    from .probe import Timeouts, compare_baseline
+    from .probe import probe as run_probe
+    from .probe import save_baseline as store
+
+    if not url.startswith(("http://", "https://")):
+        raise typer.BadParameter("the URL must start with http:// or https://", param_hint="URL")
+    res = run_probe(
+        url, model, prompt, max_tokens, chat, Timeouts(connect_timeout, first_byte_timeout, idle_timeout)
+    )
+    if baseline and res.ok:
+        compare_baseline(res, baseline, tolerance)
+    if save_baseline and res.ok:
+        store(res, save_baseline)
+    if json_out:
+        print(json.dumps(res.to_json(), indent=2, ensure_ascii=False))
+    else:
+        c = _console()
+        head = "✓ serves" if res.ok else "✗ does not serve"
+        c.print(
+            Text(
+                f"{head}: {res.url}" + (f"  model {res.model}" if res.model else ""),
+                style="bold green" if res.ok else "bold red",
+            )
+        )
+        for ch in res.checks:
+            mark, style = ("✓", "green") if ch.ok else ("✗", "red")
+            value = "" if ch.value is None else f"  {ch.value}"
+            c.print(Text.assemble((f"  {mark} {ch.name:<16}", style), value, (f"  {ch.detail}", "dim")))
+        for n in res.notes:
+            c.print(Text(f"  note: {n}", style="dim"))
+        if res.cause:
+            c.print()
+            c.print(Text(f"  cause  {res.cause.title}", style="bold"))
+            for a in res.cause.advice:
+                c.print(Text(f"  next   {a}"))
+    raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
+
+
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
     """Every rule with its class, severity and engines."""

@@ -1,0 +1,427 @@
+"""`diagnose probe`: the minimal request that proves an OpenAI-compatible server really serves.
+
+"The process is up" is not "the service works" (seed 000): one short completion, checked for
+shape (status, JSON, text, finish reason, usage) and timed (first token, total, tokens/s),
+streaming and not, with the failure mapped to its usual cause and the next step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .errors import InputError
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_PROMPT = "你好"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    value: Any = None
+    detail: str = ""
+
+
+@dataclass
+class Cause:
+    cls: str  # the taxonomy class, or "service" for what the log would not show
+    title: str
+    advice: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.cls, "title": self.title, "advice": self.advice}
+
+
+@dataclass
+class ProbeResult:
+    url: str
+    model: str | None = None
+    checks: list[Check] = field(default_factory=list)
+    text: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    tokens_per_s: float | None = None
+    cause: Cause | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def check(self, name: str, ok: bool, value: Any = None, detail: str = "") -> bool:
+        self.checks.append(Check(name, ok, value, detail))
+        return ok
+
+    def fail(self, cls: str, title: str, *advice: str) -> None:
+        if self.cause is None:
+            self.cause = Cause(cls, title, list(advice))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "url": self.url,
+            "model": self.model,
+            "checks": [asdict(c) for c in self.checks],
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "usage": self.usage,
+            "ttft_ms": _r(self.ttft_ms),
+            "total_ms": _r(self.total_ms),
+            "tokens_per_s": _r(self.tokens_per_s),
+            "cause": self.cause.to_json() if self.cause else None,
+            "notes": self.notes,
+        }
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+@dataclass
+class Timeouts:
+    connect: float = 5.0
+    first_byte: float = 120.0  # a cold first request may compile or capture graphs
+    idle: float = 30.0  # the longest gap between streamed chunks a gateway would tolerate
+
+
+def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
+    """Map an HTTP error (OpenAI-style body or not) to its usual cause."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, str):
+        err = {"message": err}
+    if err is None and isinstance(body, dict) and body.get("object") == "error":
+        err = body  # vLLM's ErrorResponse
+    message = str((err or {}).get("message") or text or "")[:300]
+    etype = str((err or {}).get("type") or (err or {}).get("code") or "")
+    low = message.lower()
+    if (
+        "does not exist" in low
+        or ("not found" in low
+        and "model" in low)
+        or etype in ("NotFoundError", "model_not_found")
+    ):
+        res.fail(
+            "request",
+            f"the server does not know the model {res.model!r}: {message}",
+            "use the name from GET /v1/models, or start the server with --served-model-name set to it",
+        )
+    elif "context length" in low or "maximum context" in low or "too long" in low:
+        res.fail(
+            "request",
+            f"the request does not fit the context: {message}",
+            "lower max_tokens or the prompt, or raise --max-model-len (see diagnose scan)",
+        )
+    elif status >= 500:
+        res.fail(
+            "service",
+            f"the server failed the request (HTTP {status}): {message or 'no body'}",
+            "look at the server log: diagnose scan serve.log",
+        )
+    else:
+        res.fail(
+            "request",
+            f"the server refused the request (HTTP {status}{', ' + etype if etype else ''}): "
+            f"{message or 'no body'}",
+            "check the request parameters against the server's API (e.g. --chat for chat-only models)",
+        )
+
+
+def _payload(model: str | None, prompt: str, max_tokens: int, chat: bool, stream: bool) -> dict[str, Any]:
+    p: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0}
+    if model:
+        p["model"] = model
+    if chat:
+        p["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        p["prompt"] = prompt
+    if stream:
+        p["stream"] = True
+        p["stream_options"] = {"include_usage": True}
+    return p
+
+
+def _choice_text(choice: dict[str, Any], chat: bool) -> str | None:
+    if chat:
+        msg = choice.get("message") or choice.get("delta") or {}
+        content = msg.get("content") if isinstance(msg, dict) else None
+        return content if isinstance(content, str) else None
+    t = choice.get("text")
+    return t if isinstance(t, str) else None
+
+
+def probe(
+    url: str = DEFAULT_URL,
+    model: str | None = None,
+    prompt: str = DEFAULT_PROMPT,
+    max_tokens: int = 16,
+    chat: bool = False,
+    timeouts: Timeouts | None = None,
+    retry_cold: bool = True,
+) -> ProbeResult:
+    t = timeouts or Timeouts()
+    url = url.rstrip("/")
+    res = ProbeResult(url=url, model=model)
+    timeout = httpx.Timeout(connect=t.connect, read=t.first_byte, write=t.connect, pool=t.connect)
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        if not _find_model(client, res):
+            return res
+        for attempt in (1, 2):
+            cold = _plain_request(client, res, prompt, max_tokens, chat)
+            if cold and retry_cold and attempt == 1:
+                res.notes.append(
+                    "no first byte in time: a cold first request (graph capture, compilation) is normal "
+                    "once; retried once"
+                )
+                res.checks.clear()
+                res.cause = None
+                continue
+            break
+        if res.ok:
+            _stream_request(client, res, prompt, max_tokens, chat, t)
+    return res
+
+
+def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
+    try:
+        r = client.get(res.url + "/v1/models")
+    except httpx.ConnectError as e:
+        res.check("connect", False, None, str(e))
+        res.fail(
+            "service",
+            f"nothing is listening at {res.url}",
+            "is the server up? follow its startup with: diagnose watch serve.log",
+            "check host/port: vLLM listens on 8000, SGLang on 30000, TGI on 3000 by default",
+        )
+        return False
+    except httpx.TimeoutException:
+        res.check("connect", False, None, "no answer to GET /v1/models")
+        res.fail(
+            "hang",
+            "the server accepted the connection but did not answer GET /v1/models",
+            "it may still be starting or be stuck: diagnose watch serve.log",
+        )
+        return False
+    res.check("connect", True, res.url)
+    if res.model:
+        return True
+    try:
+        models = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        models = []
+    if r.status_code == 200 and models:
+        res.model = models[0]
+        if len(models) > 1:
+            res.notes.append(f"the server serves {len(models)} models; probing {res.model} (use --model)")
+    else:
+        res.notes.append(
+            f"GET /v1/models gave HTTP {r.status_code} with no model list; sending no model name"
+        )
+    return True
+
+
+def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_tokens: int, chat: bool) -> bool:
+    """The non-streaming request and its shape checks. True when it timed out before any byte."""
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    try:
+        r = client.post(res.url + path, json=_payload(res.model, prompt, max_tokens, chat, stream=False))
+    except httpx.TimeoutException:
+        res.check("first byte", False, None, "no response before the first-byte timeout")
+        res.fail(
+            "hang",
+            "the server took the request but sent nothing back",
+            "it is stuck or still warming up (first-request compilation): wait, then retry",
+            "diagnose watch serve.log shows whether it is still starting",
+        )
+        return True
+    except httpx.HTTPError as e:
+        res.check("http", False, None, f"{type(e).__name__}: {e}")
+        res.fail(
+            "service",
+            "the connection broke during the request",
+            "look at the server log: diagnose scan serve.log",
+        )
+        return False
+    try:
+        body = r.json()
+        is_json = isinstance(body, dict)
+    except ValueError:
+        body, is_json = None, False
+    if not res.check("status", r.status_code == 200, r.status_code):
+        _error_cause(res, r.status_code, body, r.text)
+        return False
+    if not res.check(
+        "json",
+        is_json,
+        None if is_json else r.text[:80],
+        "" if is_json else "the body is not JSON (an error page, a proxy, or empty)",
+    ):
+        res.fail(
+            "service",
+            "the server answered 200 but not with JSON",
+            "a proxy or gateway may be answering instead of the server (check NO_PROXY and the URL)",
+        )
+        return False
+    choices = body.get("choices") or []
+    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+    res.text = _choice_text(choice, chat)
+    res.check(
+        "text",
+        bool(res.text and res.text.strip()),
+        (res.text or "")[:60],
+        "" if res.text and res.text.strip() else "no generated text",
+    )
+    res.finish_reason = choice.get("finish_reason")
+    res.check(
+        "finish_reason",
+        res.finish_reason in ("length", "stop"),
+        res.finish_reason,
+        "" if res.finish_reason in ("length", "stop") else "expected 'length' or 'stop'",
+    )
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else None
+    res.usage = usage
+    adds_up = (
+        bool(usage)
+        and all(isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+        and usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"]
+    )
+    res.check("usage", adds_up, usage, "" if adds_up else "prompt + completion tokens must equal total")
+    if not res.ok:
+        res.fail(
+            "service",
+            "the answer's shape is wrong: " + ", ".join(c.name for c in res.checks if not c.ok),
+            "an empty or malformed answer after a clean start often means a wrong chat template or tokenizer "
+            "(try --chat, or check the model's generation_config)",
+        )
+    return False
+
+
+def _stream_request(
+    client: httpx.Client, res: ProbeResult, prompt: str, max_tokens: int, chat: bool, t: Timeouts
+) -> None:
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    start = time.monotonic()
+    first: float | None = None
+    last = start
+    longest_gap = 0.0
+    chunks = 0
+    done = False
+    usage: dict[str, Any] | None = None
+    try:
+        with client.stream(
+            "POST", res.url + path, json=_payload(res.model, prompt, max_tokens, chat, True)
+        ) as r:
+            if r.status_code != 200:
+                res.check("stream status", False, r.status_code)
+                _error_cause(res, r.status_code, None, r.read().decode("utf-8", "replace"))
+                return
+            for line in r.iter_lines():
+                now = time.monotonic()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    continue
+                if isinstance(event.get("usage"), dict):
+                    usage = event["usage"]
+                for ch in event.get("choices") or []:
+                    if _choice_text(ch, chat):
+                        if first is None:
+                            first = now
+                        else:
+                            longest_gap = max(longest_gap, now - last)
+                        chunks += 1
+                        last = now
+    except httpx.TimeoutException:
+        res.check("stream", False, chunks, "the stream stalled past the timeout")
+    except httpx.HTTPError as e:
+        res.check("stream", False, chunks, f"{type(e).__name__}: {e}")
+    end = time.monotonic()
+    if not done and not any(c.name == "stream" for c in res.checks):
+        res.check("stream", False, chunks, "the stream ended before [DONE]")
+    if not done:
+        res.fail(
+            "service",
+            f"the stream was cut after {chunks} chunks",
+            "truncation checklist: max_tokens within max_model_len; gateway/proxy read timeouts above the "
+            "longest pause; the server log at that moment (diagnose scan)",
+        )
+        return
+    res.check("stream", True, chunks)
+    if first is None:
+        res.check("ttft", False, None, "no token was streamed")
+        res.fail("service", "the stream finished without any token", "check the chat template / --chat")
+        return
+    res.ttft_ms = 1000 * (first - start)
+    res.total_ms = 1000 * (end - start)
+    tokens = (usage or {}).get("completion_tokens") or chunks
+    decode_s = end - first
+    res.tokens_per_s = tokens / decode_s if decode_s > 0 and tokens > 1 else None
+    res.check("ttft", True, _r(res.ttft_ms), "ms to the first streamed token")
+    res.check("total", True, _r(res.total_ms), "ms")
+    res.check(
+        "idle gap",
+        longest_gap <= t.idle,
+        round(longest_gap, 2),
+        ""
+        if longest_gap <= t.idle
+        else f"a {longest_gap:.1f} s pause: gateways with a {t.idle:.0f} s read "
+        "timeout would cut this stream",
+    )
+
+
+# --- baseline ---------------------------------------------------------------------------------
+
+
+def save_baseline(res: ProbeResult, path: str) -> None:
+    data = {
+        "url": res.url,
+        "model": res.model,
+        "ttft_ms": _r(res.ttft_ms),
+        "total_ms": _r(res.total_ms),
+        "tokens_per_s": _r(res.tokens_per_s),
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)  # atomic: a crash never leaves half a baseline
+
+
+def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:
+    try:
+        base = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the baseline: {e}") from None
+    if not isinstance(base, dict):
+        raise InputError(f"{path}: not a baseline file (expected a JSON object)")
+    for key, worse_if_higher in (("ttft_ms", True), ("total_ms", True), ("tokens_per_s", False)):
+        old, new = base.get(key), getattr(res, key)
+        if not isinstance(old, (int, float)) or new is None or old <= 0:
+            continue
+        change = (new - old) / old
+        regressed = change > tolerance if worse_if_higher else change < -tolerance
+        res.check(
+            f"baseline {key}",
+            not regressed,
+            round(new, 1),
+            f"{'+' if change >= 0 else ''}{change:.0%} against {old} (tolerance {tolerance:.0%})",
+        )
+    if not res.ok and res.cause is None:
+        res.fail(
+            "service",
+            "slower than the baseline",
+            "compare what changed (engine version, flags, load on the GPU); diagnose scan the server log",
+        )
