@@ -23,6 +23,8 @@ app = typer.Typer(
 )
 rules_app = typer.Typer(help="List, explain and test the rules.", no_args_is_help=True)
 app.add_typer(rules_app, name="rules")
+kb_app = typer.Typer(help="The knowledge base of past incidents.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
 
 # Exit codes, in one place.
 EXIT_OK = 0  # ready / healthy / nothing wrong found
@@ -49,6 +51,12 @@ def _warn(msg: str) -> None:
 
 
 RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
+KbOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--kb", help="Incident store(s); the first is written to (default: DIAGNOSE_KB or the user's)."
+    ),
+]
 EngineOpt = Annotated[
     str | None, typer.Option("--engine", help="Force the engine: vllm, sglang, tgi, generic.")
 ]
@@ -77,6 +85,7 @@ def scan(
         typer.Option("--gpus", help="nvidia-smi output (CSV query, table or -q) to cross-check against."),
     ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Show every finding.")] = False,
+    kb: KbOpt = None,
 ) -> None:
     """Read a server log and say what failed, when, and the next change to make."""
     from .pipeline import scan_paths
@@ -89,6 +98,7 @@ def scan(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
     d = scan_paths(list(files or ["-"]), _knowledge(rules), engine, gpus=gpus)
+    d.kb = _kb_matches(d, kb)
     if json_out or fmt is Format.json:
         print(render_json(d))
     elif fmt is Format.markdown:
@@ -343,6 +353,197 @@ def probe(
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
 
 
+def _kb_matches(d, dirs: list[str] | None) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
+    """Past incidents like this diagnosis (a broken store never stops a scan)."""
+    if d.status not in ("failed", "degraded"):
+        return []
+    return _load_kb(dirs).match(d)
+
+
+def _load_kb(dirs: list[str] | None):  # type: ignore[no-untyped-def]
+    from .kb import KnowledgeBase, store_dirs
+
+    base = KnowledgeBase.load(store_dirs(dirs))
+    for p in base.problems:
+        _warn(f"{p} (skipped)")
+    return base
+
+
+@kb_app.command("add")
+def kb_add(
+    from_scan: Annotated[str | None, typer.Option("--from-scan", help="A report from scan --json.")] = None,
+    from_log: Annotated[str | None, typer.Option("--from-log", help="A log to scan first.")] = None,
+    root_cause: Annotated[str | None, typer.Option("--root-cause", help="What really caused it.")] = None,
+    fix: Annotated[
+        list[str] | None, typer.Option("--fix", help="The change that fixed it (repeatable).")
+    ] = None,
+    path: Annotated[
+        list[str] | None, typer.Option("--path", help="A troubleshooting step (repeatable).")
+    ] = None,
+    title: Annotated[str | None, typer.Option("--title", help="A title (default: the finding's).")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag (repeatable).")] = None,
+    editor: Annotated[
+        bool, typer.Option("--editor", help="Edit the incident in $EDITOR before saving.")
+    ] = False,
+    kb: KbOpt = None,
+) -> None:
+    """Record an incident: symptom (from a diagnosis), path, root cause, fix. Secrets are redacted."""
+    import json
+
+    from .kb import add_incident, diagnosis_from_json, incident_from, store_dirs
+    from .pipeline import scan_paths
+
+    if bool(from_scan) == bool(from_log):
+        raise typer.BadParameter("give exactly one of --from-scan REPORT.json or --from-log LOG")
+    if from_scan:
+        try:
+            with open(from_scan, encoding="utf-8") as f:
+                d = diagnosis_from_json(json.load(f))
+        except OSError as e:
+            raise InputError(f"{from_scan}: cannot read: {e.strerror or e}") from None
+        except ValueError as e:
+            raise InputError(f"{from_scan}: not JSON: {e}") from None
+    else:
+        d = scan_paths([str(from_log)], _knowledge(None))
+    data = incident_from(d, root_cause or "", fix, path, title, tag)
+    if editor:
+        data = _edit_in_editor(data)
+    if not data.get("root_cause"):
+        raise typer.BadParameter("an incident needs its root cause: --root-cause TEXT (or --editor)")
+    store = store_dirs(kb)[0]
+    iid, redacted = add_incident(store, data)
+    print(f"added {iid} to {store}")
+    if redacted:
+        print("redacted: " + ", ".join(f"{n} × {k}" for k, n in sorted(redacted.items())))
+
+
+def _edit_in_editor(data: dict) -> dict:  # type: ignore[type-arg]
+    import subprocess
+    import tempfile
+
+    import yaml
+
+    editor_cmd = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w+", suffix=".yaml", delete=False, encoding="utf-8") as tf:
+        tf.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        name = tf.name
+    try:
+        rc = subprocess.call([*editor_cmd.split(), name])
+        if rc != 0:
+            raise InputError(f"the editor exited with code {rc}; nothing saved")
+        with open(name, encoding="utf-8") as f:
+            edited = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise InputError(f"the edited incident is not valid YAML: {e}") from None
+    finally:
+        os.unlink(name)
+    if not isinstance(edited, dict):
+        raise InputError("the edited incident must stay a YAML mapping")
+    return edited
+
+
+@kb_app.command("list")
+def kb_list(
+    kb: KbOpt = None, json_out: Annotated[bool, typer.Option("--json", help="JSON for machines.")] = False
+) -> None:
+    """Every incident: id, date, classes, title."""
+    import json
+
+    base = _load_kb(kb)
+    rows = [
+        {
+            "id": i.id,
+            "title": i.title,
+            "date": str(i.data.get("date")),
+            "classes": i.fingerprint["classes"],
+            "starter": i.starter,
+        }
+        for i in base.incidents
+    ]
+    if json_out:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    table = Table(box=None, show_edge=False)
+    for col in ("id", "date", "classes", "title"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["id"] + (" *" if r["starter"] else ""), r["date"], ",".join(r["classes"]), r["title"])
+    c = _console()
+    c.print(table)
+    c.print(Text("* shipped starter incident", style="dim"))
+
+
+@kb_app.command("show")
+def kb_show(incident_id: Annotated[str, typer.Argument(help="KB-0001")], kb: KbOpt = None) -> None:
+    """One incident, whole."""
+    import yaml
+
+    inc = _load_kb(kb).get(incident_id)
+    if inc is None:
+        raise InputError(f"no incident {incident_id!r} (see `diagnose kb list`)")
+    print(yaml.safe_dump(inc.data, sort_keys=False, allow_unicode=True, width=100), end="")
+    print(f"# {inc.path}")
+
+
+@kb_app.command("search")
+def kb_search(
+    text: Annotated[str, typer.Argument(help="Words that must all appear.")], kb: KbOpt = None
+) -> None:
+    """Incidents whose text holds every word."""
+    hits = _load_kb(kb).search(text)
+    for inc in hits:
+        print(f"{inc.id}  {inc.data.get('date')}  {inc.title}")
+    raise typer.Exit(EXIT_OK if hits else EXIT_FOUND)
+
+
+@kb_app.command("export")
+def kb_export(
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="Write the bundle here (default stdout).")
+    ] = None,
+    kb: KbOpt = None,
+) -> None:
+    """Your incidents (not the starter set) as one YAML bundle, for sharing."""
+    from pathlib import Path
+
+    import yaml
+
+    from .kb import atomic_write
+
+    base = _load_kb(kb)
+    bundle = yaml.safe_dump_all(
+        [i.data for i in base.incidents if not i.starter], sort_keys=False, allow_unicode=True
+    )
+    if out:
+        atomic_write(Path(out), bundle)
+    else:
+        print(bundle, end="")
+
+
+@kb_app.command("import")
+def kb_import(
+    bundle: Annotated[str, typer.Argument(help="A bundle from kb export.")], kb: KbOpt = None
+) -> None:
+    """Add every incident of a bundle under fresh ids (redacted, validated)."""
+    import yaml
+
+    from .kb import add_incident, store_dirs
+
+    try:
+        with open(bundle, encoding="utf-8") as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+    except OSError as e:
+        raise InputError(f"{bundle}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"{bundle}: not valid YAML: {e}") from None
+    store = store_dirs(kb)[0]
+    for n, doc in enumerate(docs, 1):
+        if not isinstance(doc, dict):
+            raise InputError(f"{bundle}: document {n} is not an incident mapping")
+        iid, _red = add_incident(store, doc)
+        print(f"{doc.get('id', '?')} → {iid}")
+
+
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
     """Every rule with its class, severity and engines."""
@@ -449,6 +650,7 @@ def _root(ctx: typer.Context) -> None:
                 rules=None,
                 gpus=None,
                 show_all=False,
+                kb=None,
             )
         else:
             typer.echo(ctx.get_help())

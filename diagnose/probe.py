@@ -105,8 +105,7 @@ def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
     low = message.lower()
     if (
         "does not exist" in low
-        or ("not found" in low
-        and "model" in low)
+        or ("not found" in low and "model" in low)
         or etype in ("NotFoundError", "model_not_found")
     ):
         res.fail(

@@ -161,6 +161,19 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
             console.print(Text("  if that is not enough (one at a time)", style="bold"))
             for c in d.advice[1:4]:
                 console.print(Text.assemble(("    " + change_text(c), "green"), (f"  {c.why}", "dim")))
+    for m in d.kb:
+        console.print()
+        fixed = f" — fixed by {m['fix_text']}" if m.get("fix_text") else ""
+        console.print(
+            Text.assemble(
+                ("  seen before  ", "bold"),
+                (f"{m['id']} {m.get('date', '')}", "cyan"),
+                f", {m['title']}{fixed}",
+                (f"  (match {m['score']:.2f})", "dim"),
+            )
+        )
+        if m.get("root_cause"):
+            console.print(Text(f"    root cause: {m['root_cause']}", style="dim"))
     others = [f for f in d.findings if f is not p]
     if others:
         console.print()
@@ -261,6 +274,13 @@ def render_markdown(d: Diagnosis) -> str:
             out += ["**Alternatives** (one at a time):", ""]
             out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
             out += [""]
+    for m in d.kb:
+        out += [
+            f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
+            + (f" — fixed by `{m['fix_text']}`" if m.get("fix_text") else "")
+            + f" (match {m['score']:.2f})",
+            "",
+        ]
     if d.device:
         out += [f"**GPUs:** {d.device['summary']}", ""]
         out += [f"- ⚠ {w['text']}" for w in d.device["warnings"]]

@@ -40,4 +40,8 @@ def in_root(monkeypatch):
 
 
 def pytest_configure(config):
+    import tempfile
+
     os.environ.setdefault("NO_COLOR", "1")
+    # hermetic: never read or write the developer's own incident store
+    os.environ["DIAGNOSE_KB"] = tempfile.mkdtemp(prefix="diagnose-kb-")

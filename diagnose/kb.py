@@ -1,0 +1,470 @@
+"""Knowledge base of past incidents: a directory of YAML files, one incident each.
+
+Every scan is compared with every incident: a fingerprint of finding classes, rule ids and
+the masked templates of the evidence lines, scored with a similarity that weights rare
+templates over common ones (IDF). Stores layer (a team's, a personal one, the starter set
+shipped with the tool); writes are atomic and serialized by a lock.
+
+Template mining: the evidence lines are already picked out by the rules, so a deterministic
+mask (numbers, hex, paths, pids, times, quoted values) gives stable templates without the
+persisted state of an online miner like Drain3 (whose last release is from 2022).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import math
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import InputError
+from .model import CLASSES, Diagnosis
+from .rules import builtin_rules_dir
+
+ID_RE = re.compile(r"^KB-\d{4,}$")
+MATCH_THRESHOLD = 0.5
+STARTER_DISCOUNT = 0.9  # your own incidents rank above the starter set
+REQUIRED = ("id", "title", "date", "symptom", "root_cause")
+KNOWN_KEYS = {
+    "id",
+    "title",
+    "date",
+    "engine",
+    "engine_version",
+    "model",
+    "gpus",
+    "symptom",
+    "path",
+    "root_cause",
+    "fix",
+    "tags",
+    "fingerprint",
+}
+
+
+# --- masking and redaction --------------------------------------------------------------------
+
+_MASKS = [
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?Z?\b"), "<time>"),
+    (re.compile(r"\b\d{2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<time>"),
+    (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
+    (re.compile(r"\bpid[= ]\d+", re.I), "pid=<n>"),
+    (re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"), "<hex>"),
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "<str>"),
+    (re.compile(r"\d+(?:[.,]\d+)*"), "<n>"),
+]
+
+
+def template(line: str) -> str:
+    """An evidence line with everything that changes between incidents masked."""
+    t = line.strip()
+    for pat, repl in _MASKS:
+        t = pat.sub(repl, t)
+    return re.sub(r"\s+", " ", t)[:300]
+
+
+_SECRETS = [
+    ("huggingface token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),
+    ("api key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b")),
+    ("bearer token", re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")),
+    ("password in url", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)")),
+    (
+        "api key",
+        re.compile(
+            r"(?i)((?:api[_-]?key|token|secret|password)['\"]?\s*[=:]\s*['\"]?)(?!<redacted)[^\s'\",)]{4,}"
+        ),
+    ),
+    ("api key", re.compile(r"(?i)(--(?:api-key|hf-token|token)[= ])(?!<redacted)\S+")),
+]
+
+
+def redact(text: str, found: dict[str, int]) -> str:
+    for kind, pat in _SECRETS:
+
+        def sub(m: re.Match[str], kind: str = kind) -> str:
+            found[kind] = found.get(kind, 0) + 1
+            groups = m.groups()
+            if len(groups) == 2:
+                return f"{groups[0]}<redacted>{groups[1]}"
+            if len(groups) == 1:
+                return f"{groups[0]}<redacted>"
+            return "<redacted>"
+
+        text = pat.sub(sub, text)
+    return text
+
+
+def redact_tree(value: Any, found: dict[str, int]) -> Any:
+    if isinstance(value, str):
+        return redact(value, found)
+    if isinstance(value, list):
+        return [redact_tree(v, found) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_tree(v, found) for k, v in value.items()}
+    return value
+
+
+# --- incidents ------------------------------------------------------------------------------
+
+
+@dataclass
+class Incident:
+    data: dict[str, Any]
+    path: Path
+    starter: bool = False
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def title(self) -> str:
+        return str(self.data["title"])
+
+    @property
+    def fingerprint(self) -> dict[str, list[str]]:
+        fp = self.data.get("fingerprint") or {}
+        sym = self.data.get("symptom") or {}
+        phase = sym.get("oom_phase")
+        return {
+            "classes": list(fp.get("classes") or sym.get("classes") or []),
+            "rules": list(fp.get("rules") or sym.get("rules") or []),
+            "templates": list(fp.get("templates") or [template(e) for e in sym.get("evidence") or []]),
+            "phases": list(fp.get("phases") or ([phase] if phase else [])),
+        }
+
+    def fix_text(self) -> str:
+        fixes = self.data.get("fix") or []
+        parts = []
+        for f in fixes:
+            if isinstance(f, dict):
+                flag = f.get("flag") or f.get("param") or ""
+                to = f.get("to")
+                parts.append(f"{flag} {to}".strip() if to is not None and "=" not in str(flag) else str(flag))
+            else:
+                parts.append(str(f))
+        return "; ".join(p for p in parts if p)
+
+
+def validate(data: Any, path: Path) -> dict[str, Any]:
+    """One-line errors naming the file and the field."""
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: an incident must be a YAML mapping")
+    for k in REQUIRED:
+        if k not in data or data[k] in (None, ""):
+            raise InputError(f"{path}: field '{k}': missing")
+    for k in data:
+        if k not in KNOWN_KEYS:
+            raise InputError(f"{path}: field '{k}': unknown (allowed: {', '.join(sorted(KNOWN_KEYS))})")
+    if not ID_RE.match(str(data["id"])):
+        raise InputError(f"{path}: field 'id': {data['id']!r} is not like KB-0001")
+    if not isinstance(data["symptom"], dict):
+        raise InputError(f"{path}: field 'symptom': must be a mapping (classes, rules, evidence)")
+    classes = data["symptom"].get("classes") or []
+    if not isinstance(classes, list) or any(c not in CLASSES for c in classes):
+        raise InputError(f"{path}: field 'symptom.classes': each must be one of {', '.join(sorted(CLASSES))}")
+    for k in ("path", "fix", "tags"):
+        if k in data and not isinstance(data[k], list):
+            raise InputError(f"{path}: field '{k}': must be a list")
+    try:
+        dt.date.fromisoformat(str(data["date"])[:10])
+    except ValueError:
+        raise InputError(f"{path}: field 'date': {data['date']!r} is not YYYY-MM-DD") from None
+    return data
+
+
+def starter_dir() -> Path:
+    return builtin_rules_dir() / "kb"
+
+
+def default_store() -> Path:
+    env = os.environ.get("DIAGNOSE_KB")
+    if env:
+        return Path(env.split(os.pathsep)[0])
+    try:
+        from platformdirs import user_data_dir
+
+        return Path(user_data_dir("diagnose")) / "kb"
+    except ImportError:  # pragma: no cover
+        return Path.home() / ".local" / "share" / "diagnose" / "kb"
+
+
+def store_dirs(explicit: list[str] | None = None) -> list[Path]:
+    """Writable-first list of stores: --kb DIRs, else DIAGNOSE_KB (os.pathsep list), else the user's."""
+    if explicit:
+        return [Path(d) for d in explicit]
+    env = os.environ.get("DIAGNOSE_KB")
+    if env:
+        return [Path(d) for d in env.split(os.pathsep) if d]
+    return [default_store()]
+
+
+@dataclass
+class KnowledgeBase:
+    incidents: list[Incident] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, dirs: list[Path], starter: bool = True) -> KnowledgeBase:
+        kb = cls()
+        seen: set[str] = set()
+        layers = [(d, False) for d in dirs] + ([(starter_dir(), True)] if starter else [])
+        for d, is_starter in layers:
+            if not d.is_dir():
+                continue
+            for p in sorted(d.glob("*.y*ml")):
+                try:
+                    with open(p, encoding="utf-8") as f:
+                        data = validate(yaml.safe_load(f), p)
+                except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+                    kb.problems.append(f"{p}: cannot read: {getattr(e, 'problem', None) or e}")
+                    continue
+                except InputError as e:
+                    kb.problems.append(str(e))
+                    continue
+                key = f"{d}:{data['id']}"
+                if key in seen:
+                    kb.problems.append(f"{p}: field 'id': {data['id']} appears twice in {d}")
+                    continue
+                seen.add(key)
+                kb.incidents.append(Incident(data, p, is_starter))
+        return kb
+
+    def get(self, iid: str) -> Incident | None:
+        return next((i for i in self.incidents if i.id == iid and not i.starter), None) or next(
+            (i for i in self.incidents if i.id == iid), None
+        )
+
+    def search(self, text: str) -> list[Incident]:
+        words = text.lower().split()
+        out = []
+        for inc in self.incidents:
+            blob = yaml.safe_dump(inc.data, allow_unicode=True).lower()
+            if all(w in blob for w in words):
+                out.append(inc)
+        return out
+
+    # --- recognition -------------------------------------------------------------------------
+
+    def _idf(self) -> dict[str, float]:
+        df: dict[str, int] = {}
+        for inc in self.incidents:
+            for t in set(inc.fingerprint["templates"]):
+                df[t] = df.get(t, 0) + 1
+        n = max(1, len(self.incidents))
+        return {t: math.log(1 + n / c) for t, c in df.items()}
+
+    def match(self, d: Diagnosis, threshold: float = MATCH_THRESHOLD, limit: int = 3) -> list[dict[str, Any]]:
+        probe_fp = fingerprint_of(d)
+        if not probe_fp["classes"]:
+            return []
+        idf = self._idf()
+        default_idf = math.log(1 + max(1, len(self.incidents)))  # a template no incident has: rare
+        scored = []
+        for inc in self.incidents:
+            # a starter incident is a family (several rules, several wordings): how much of this log
+            # it covers; your own incidents are one event each: how alike the two are
+            s = similarity(probe_fp, inc.fingerprint, idf, default_idf, coverage=inc.starter)
+            if inc.starter:
+                s *= STARTER_DISCOUNT
+            if s >= threshold:
+                scored.append((s, inc))
+        scored.sort(key=lambda x: (-x[0], x[1].starter, x[1].id))
+        return [
+            {
+                "id": inc.id,
+                "score": round(s, 3),
+                "title": inc.title,
+                "date": str(inc.data.get("date")),
+                "root_cause": inc.data.get("root_cause"),
+                "fix": inc.data.get("fix") or [],
+                "fix_text": inc.fix_text(),
+                "starter": inc.starter,
+            }
+            for s, inc in scored[:limit]
+        ]
+
+
+def fingerprint_of(d: Diagnosis) -> dict[str, list[str]]:
+    fs = [
+        f for f in d.findings if f.severity in ("fatal", "error", "warning") and not f.consequence
+    ] or d.findings
+    return {
+        "classes": sorted({f.cls for f in fs}),
+        "rules": sorted({f.rule for f in fs}),
+        "templates": sorted({template(f.evidence) for f in fs[:5]}),
+        "phases": sorted({f.oom_phase for f in fs if f.oom_phase}),
+    }
+
+
+def similarity(
+    a: dict[str, list[str]],
+    b: dict[str, list[str]],
+    idf: dict[str, float],
+    default_idf: float,
+    coverage: bool = False,
+) -> float:
+    """Weighted Jaccard (or, with coverage, the share of `a` that `b` holds): classes weigh 1,
+    OOM phases and rule ids 2, templates 1 + their IDF (rare ones more)."""
+
+    def weights(fp: dict[str, list[str]]) -> dict[str, float]:
+        w: dict[str, float] = {}
+        for c in fp["classes"]:
+            w["c:" + c] = 1.0
+        for r in fp["rules"]:
+            w["r:" + r] = 2.0
+        for ph in fp.get("phases", []):
+            w["p:" + ph] = 2.0
+        for t in fp["templates"]:
+            w["t:" + t] = 1.0 + idf.get(t, default_idf)
+        return w
+
+    wa, wb = weights(a), weights(b)
+    if not wa or not wb:
+        return 0.0
+    inter = sum(min(wa[k], wb[k]) for k in wa.keys() & wb.keys())
+    if coverage:
+        return inter / sum(wa.values())
+    union = sum(max(wa.get(k, 0), wb.get(k, 0)) for k in wa.keys() | wb.keys())
+    return inter / union if union else 0.0
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked(store: Path) -> Iterator[None]:
+    """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost."""
+    store.mkdir(parents=True, exist_ok=True)
+    with open(store / ".lock", "a+") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lf, fcntl.LOCK_UN)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def next_id(store: Path) -> str:
+    nums = [int(m.group(1)) for p in store.glob("KB-*.yaml") if (m := re.match(r"KB-(\d+)\.yaml$", p.name))]
+    return f"KB-{(max(nums) + 1 if nums else 1):04d}"
+
+
+def add_incident(store: Path, data: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """Redact, fingerprint, validate and write one incident under a fresh id."""
+    found: dict[str, int] = {}
+    data = redact_tree(data, found)
+    with locked(store):
+        iid = next_id(store)
+        data = {"id": iid, **{k: v for k, v in data.items() if k != "id"}}
+        path = store / f"{iid}.yaml"
+        validate(data, path)
+        atomic_write(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
+    return iid, found
+
+
+def incident_from(
+    d: Diagnosis,
+    root_cause: str,
+    fix: list[str] | None,
+    path: list[str] | None,
+    title: str | None = None,
+    tags: list[str] | None = None,
+) -> dict[str, Any]:
+    p = d.primary
+    fixes: list[Any] = []
+    for f in fix or []:
+        fixes.append({"flag": f})
+    if not fixes and d.advice:
+        c = d.advice[0]
+        fixes.append({"param": c.param, "flag": c.flag, "from": c.frm, "to": c.to})
+    fp = fingerprint_of(d)
+    return {
+        "title": title or (p.title if p else f"{d.status} log"),
+        "date": dt.date.today().isoformat(),
+        "engine": d.engine.name,
+        "engine_version": d.engine.version,
+        "model": d.launch.get("model"),
+        "gpus": d.device["summary"] if d.device else None,
+        "symptom": {
+            "classes": fp["classes"],
+            "rules": fp["rules"],
+            "oom_phase": p.oom_phase if p else None,
+            "evidence": [f.evidence for f in d.findings[:5]],
+        },
+        "path": list(path or []),
+        "root_cause": root_cause,
+        "fix": fixes,
+        "tags": list(tags or []),
+        "fingerprint": fp,
+    }
+
+
+def diagnosis_from_json(doc: dict[str, Any]) -> Diagnosis:
+    """A schema-1 report (scan --json) back into the fields an incident needs."""
+    from .model import Change, EngineInfo, Finding
+
+    if not isinstance(doc, dict) or doc.get("schema") != 1:
+        raise InputError(
+            "not a schema-1 diagnosis (make it with: diagnose scan --json serve.log > report.json)"
+        )
+
+    def finding(x: dict[str, Any]) -> Finding:
+        return Finding(
+            rule=x.get("rule", "?"),
+            cls=x.get("class", "unknown_error"),
+            severity=x.get("severity", "fatal"),
+            title=x.get("title", ""),
+            line=x.get("line") or 0,
+            source=x.get("source", ""),
+            evidence=x.get("evidence", ""),
+            facts=x.get("facts") or {},
+            oom_phase=x.get("oom_phase"),
+            consequence=bool(x.get("consequence")),
+        )
+
+    try:
+        findings = [finding(x) for x in doc.get("findings") or []]
+        primary = finding(doc["primary"]) if doc.get("primary") else None
+        eng = doc.get("engine") or {}
+        advice = [
+            Change(
+                param=a["param"],
+                flag=a.get("flag", ""),
+                to=str(a.get("to")),
+                why=a.get("why", ""),
+                verify=a.get("verify", ""),
+                frm=a.get("from"),
+            )
+            for a in doc.get("advice") or []
+        ]
+    except (KeyError, TypeError, AttributeError) as e:
+        raise InputError(f"the report is not a valid schema-1 diagnosis: {e}") from None
+    return Diagnosis(
+        source=doc.get("source", ""),
+        engine=EngineInfo(eng.get("name", "generic"), eng.get("version"), eng.get("variant")),
+        status=doc.get("status", "failed"),
+        last_phase=doc.get("last_phase"),
+        primary=primary,
+        findings=findings,
+        timeline=[],
+        launch=doc.get("launch") or {},
+        advice=advice,
+        device=doc.get("device"),
+    )
