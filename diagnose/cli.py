@@ -86,6 +86,9 @@ def scan(
     ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Show every finding.")] = False,
     kb: KbOpt = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="The model's config.json: adds the memory arithmetic.")
+    ] = None,
 ) -> None:
     """Read a server log and say what failed, when, and the next change to make."""
     from .pipeline import scan_paths
@@ -97,7 +100,7 @@ def scan(
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine, gpus=gpus)
+    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine, gpus=gpus, config=config)
     d.kb = _kb_matches(d, kb)
     if json_out or fmt is Format.json:
         print(render_json(d))
@@ -544,6 +547,157 @@ def kb_import(
         print(f"{doc.get('id', '?')} → {iid}")
 
 
+def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str]:
+    """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others, summary)."""
+    from .budget import parse_gpus_spec
+    from .pipeline import load_snapshot
+
+    if spec is None:
+        n = parallel or 1
+        return n, 80.0, 0.0, f"assumed {n}× 80 GiB (give --gpus FILE or --gpus {n}x80)"
+    parsed = parse_gpus_spec(spec)
+    if parsed:
+        return parsed[0], parsed[1], 0.0, f"{parsed[0]}× {parsed[1]:g} GiB (given)"
+    snap, err = load_snapshot(spec)
+    if snap is None:
+        raise InputError(f"{spec}: {err}")
+    totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
+    used = [g.memory_used_mib or 0 for g in snap.gpus]
+    return (
+        snap.count,
+        min(totals) / 1024 if totals else 80.0,
+        max(used) / 1024 if used else 0.0,
+        snap.summary(),
+    )
+
+
+@app.command()
+def plan(
+    config: Annotated[str, typer.Option("--config", help="config.json (or the model directory).")],
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="nvidia-smi output, or NxGIB such as 2x80.")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="bf16 or fp16 (default: the config's).")
+    ] = None,
+    quantization: Annotated[
+        str | None, typer.Option("--quantization", help="fp8, int8, awq, gptq, int4 (default: the config's).")
+    ] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="Tensor-parallel size (default: the smallest that fits).")
+    ] = None,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
+    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Context length.")] = None,
+    max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="Concurrent sequences.")] = 256,
+    util: Annotated[
+        float | None,
+        typer.Option("--gpu-memory-utilization", help="Share of each GPU (SGLang: mem fraction)."),
+    ] = None,
+    engine: Annotated[str, typer.Option("--engine", help="vllm, sglang or generic.")] = "vllm",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
+) -> None:
+    """The memory budget from config.json and the GPUs, and a minimal launch that fits."""
+    import json
+
+    from .budget import load_config, shape_from_config
+    from .budget import plan as make_plan
+
+    if engine not in ("vllm", "sglang", "generic"):
+        raise typer.BadParameter("vllm, sglang or generic", param_hint="--engine")
+    shape = shape_from_config(load_config(config), quantization, dtype)
+    count, total, used, summary = _gpus_from(gpus, tp)
+    p = make_plan(
+        shape, count, total, used, tp, pp, util, max_model_len, max_num_seqs, None, kv_cache_dtype, engine
+    )
+    if json_out:
+        print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
+        raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
+    c = _console()
+    c.print(
+        Text(
+            f"{'✓ fits' if p.fits else '✗ does not fit'}: {shape.name} on {summary}",
+            style="bold green" if p.fits else "bold red",
+        )
+    )
+    t = Table(box=None, show_edge=False)
+    t.add_column("per GPU")
+    t.add_column("", justify="right")
+    rows = [
+        ("parameters (whole model)", f"{shape.params_total / 1e9:.2f} B"),
+        ("weights", f"{p.weights_gib_per_gpu:.2f} GiB"),
+        ("activation peak (estimate)", f"{p.activation_gib:.2f} GiB"),
+        ("non-torch overhead", f"{p.overhead_gib:.2f} GiB"),
+        ("KV-cache budget", f"{p.kv_gib_per_gpu:.2f} GiB"),
+        ("KV per token", f"{p.to_json()['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB"),
+        ("KV tokens (per replica)", f"{p.kv_tokens:,}"),
+        (f"concurrency at {p.max_model_len:,} tokens", f"{p.max_concurrency:.2f}×"),
+        (f"longest context for {p.max_num_seqs} sequences", f"{p.longest_context_for_seqs:,}"),
+        ("tensor × pipeline parallel", f"{p.tp} × {p.pp}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    c.print(t)
+    for r in p.reasons:
+        c.print(Text(f"  ✗ {r}", style="red"))
+    for w in p.what_would:
+        c.print(Text(f"  → would fit: {w}", style="green"))
+    for a in p.assumptions + shape.partial:
+        c.print(Text(f"  · {a}", style="dim"))
+    c.print()
+    c.print(Text("  " + p.to_json()["launch"].replace("\n", "\n  "), style="bold"))
+    raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def check(
+    ctx: typer.Context,
+    gpus: Annotated[
+        str | None, typer.Option("--gpus", help="nvidia-smi output, or NxGIB such as 2x80.")
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="config.json (default: MODEL/config.json).")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the check JSON.")] = False,
+) -> None:
+    """Pre-flight a launch command (`diagnose check -- vllm serve MODEL …`) before it runs."""
+    import json
+
+    from .preflight import preflight
+
+    cmd = [a for a in ctx.args if a != "--"]
+    if not cmd:
+        raise typer.BadParameter(
+            "give the launch command after --, e.g. diagnose check -- vllm serve MODEL -tp 8"
+        )
+    count, total, used, summary = _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information")
+    res = preflight(cmd, config, count, total, used, _knowledge(None).profiles)
+    if json_out:
+        print(json.dumps(res, indent=2, ensure_ascii=False))
+    else:
+        c = _console()
+        c.print(
+            Text(
+                ("✓ can work" if res["ok"] else "✗ cannot work") + f": {res['summary']}  [{summary}]",
+                style="bold green" if res["ok"] else "bold red",
+            )
+        )
+        for pr in res["problems"]:
+            ch = pr["change"]
+            c.print(Text(f"  ✗ {pr['text']}", style="red"))
+            if ch:
+                c.print(
+                    Text(
+                        f"    → {ch['flag']} {ch['to']}"
+                        + (f"   (was {ch['from']})" if ch.get("from") else ""),
+                        style="green",
+                    )
+                )
+        for n in res["notes"]:
+            c.print(Text(f"  · {n}", style="dim"))
+    raise typer.Exit(EXIT_OK if res["ok"] else EXIT_FOUND)
+
+
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
     """Every rule with its class, severity and engines."""
@@ -651,6 +805,7 @@ def _root(ctx: typer.Context) -> None:
                 gpus=None,
                 show_all=False,
                 kb=None,
+                config=None,
             )
         else:
             typer.echo(ctx.get_help())

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .advice import advise, advise_incomplete
+from .budget import GIB, ModelShape, kv_bytes_per_token, load_config, shape_from_config, weight_bytes
 from .crosscheck import cross_check
 from .device import DeviceError, DeviceSnapshot, apply_visible_devices, parse_nvidia_smi
 from .engines import Profiles, load_profiles
@@ -55,6 +56,7 @@ def diagnose(
     snapshot: DeviceSnapshot | None = None,
     snapshot_error: DeviceError | None = None,
     extra: list[Finding] | None = None,
+    shape: ModelShape | None = None,
 ) -> Diagnosis:
     info = detect_engine(result, engine)
     findings = build_findings(result, know.profiles, info.name) + list(extra or [])
@@ -83,6 +85,8 @@ def diagnose(
         if hang is not None:
             findings = order([*findings, hang])
     primary = findings[0] if findings else None
+    if shape is not None and primary is not None:
+        join_budget(primary, shape, result.launch, device)
     rule = know.rules.by_id(primary.rule) if primary else None
     advice = advise(
         primary,
@@ -115,6 +119,23 @@ def diagnose(
     )
 
 
+def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]
+    """What the arithmetic from config.json says about this failure (scan --config)."""
+    tp = int(launch.get("tensor_parallel_size") or 1) * int(launch.get("pipeline_parallel_size") or 1)
+    weights = weight_bytes(shape) / tp / GIB
+    primary.facts["plan_weights_gib_per_gpu"] = round(weights, 2)
+    primary.facts["plan_kv_bytes_per_token"] = int(kv_bytes_per_token(shape, "auto", 1))
+    total = primary.facts.get("total_gib") or primary.facts.get("gpu_total_gib")
+    if total is None and device and device.get("gpus"):
+        total = min(g["memory_total_mib"] for g in device["gpus"] if g.get("memory_total_mib")) / 1024
+    if isinstance(total, (int, float)) and weights > 0.9 * total:
+        note = (
+            f"the plan says the weights need {weights:.1f} GiB per GPU at tensor_parallel_size {tp}, "
+            f"on a {total:.1f} GiB card"
+        )
+        primary.note = f"{primary.note}; {note}" if primary.note else note
+
+
 def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]:
     """Read `--gpus FILE`: a snapshot, or the driver error it reports; other problems raise."""
     try:
@@ -131,11 +152,16 @@ def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]
 
 
 def scan_paths(
-    paths: list[str], know: Knowledge | None = None, engine: str | None = None, gpus: str | None = None
+    paths: list[str],
+    know: Knowledge | None = None,
+    engine: str | None = None,
+    gpus: str | None = None,
+    config: str | None = None,
 ) -> Diagnosis:
     know = know or Knowledge.load()
     sources = resolve_sources(paths)
     snapshot, snap_err = load_snapshot(gpus) if gpus else (None, None)
     result = scan_sources(sources, know, engine)
     name = ", ".join(s.name for s in sources)
-    return diagnose(result, know, name, engine, snapshot, snap_err)
+    shape = shape_from_config(load_config(config)) if config else None
+    return diagnose(result, know, name, engine, snapshot, snap_err, shape=shape)

@@ -1,0 +1,628 @@
+"""Memory arithmetic from config.json: parameters, weights per GPU, KV cache per token, budget.
+
+"Do the memory arithmetic before you type the launch command" (seed 000). Parameters are
+counted from the architecture (embeddings, attention — MHA/GQA/MQA or DeepSeek's MLA —
+dense MLPs and every MoE expert, shared experts, norms, vision towers), not guessed from the
+name; bytes per parameter follow the quantization; the KV cache follows what vLLM and SGLang
+allocate (engine-messages.md §6).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+GIB = 1 << 30
+INT4_GROUP = 128  # GPTQ/AWQ group size assumed for scales and zeros
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float32": 4,
+    "float": 4,
+    "fp8": 1,
+    "float8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
+QUANT_BYTES = {
+    "fp8": 1.0,
+    "int8": 1.0,
+    "w8a8": 1.0,
+    "fp4": 0.5625,
+    "nvfp4": 0.5625,
+    "mxfp4": 0.53125,
+    "int4": 0.5 + (2 + 0.5) / INT4_GROUP,
+    "awq": 0.5 + (2 + 0.5) / INT4_GROUP,
+    "gptq": 0.5 + (2 + 0.5) / INT4_GROUP,
+}
+
+
+class ConfigError(InputError):
+    pass
+
+
+def load_config(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with open(p, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file (give config.json or the model directory)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a config.json is a JSON object")
+    data["__path__"] = str(p)
+    return data
+
+
+@dataclass
+class ModelShape:
+    name: str
+    model_type: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tied: bool
+    max_position: int | None
+    dtype_bytes: float
+    quant: str | None  # method from quantization_config or --quantization
+    mla: tuple[int, int] | None  # (kv_lora_rank, qk_rope_head_dim)
+    attn_layers: int  # layers that keep a KV cache
+    window_layers: int  # of which capped by a sliding window
+    window: int | None
+    params_quantizable: float  # linear layers (attention, MLP, experts)
+    params_kept: float  # embeddings, lm_head, norms, routers, vision tower
+    expert_params: float
+    partial: list[str] = field(default_factory=list)
+
+    @property
+    def params_total(self) -> float:
+        return self.params_quantizable + self.params_kept
+
+
+def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[list[bool | None], int | None]:
+    """Per layer: True keeps a full KV cache, None a sliding-window one, False none (Mamba,
+    linear attention); and the window."""
+    window = text.get("sliding_window")
+    types = text.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        kinds: list[bool | None] = []
+        for t in types:
+            if t in ("sliding_attention", "local"):
+                kinds.append(None)
+            else:
+                kinds.append(t in ("full_attention", "attention", "global"))
+        return kinds, int(window) if window and None in kinds else None
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return [c == "*" for c in pattern], None
+    return [True] * layers, None
+
+
+def shape_from_config(
+    cfg: dict[str, Any], quantization: str | None = None, dtype: str | None = None
+) -> ModelShape:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    partial: list[str] = []
+    missing = [
+        k
+        for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+        if _get(text, k) is None
+    ]
+    if missing:
+        raise ConfigError(
+            f"{cfg.get('__path__', 'config.json')}: field '{missing[0]}' missing: cannot size the model"
+        )
+    h = int(text["hidden_size"])
+    L = int(text["num_hidden_layers"])
+    H = int(text["num_attention_heads"])
+    K = int(_get(text, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", default=H))
+    d = int(_get(text, "head_dim", default=0) or h // H)
+    V = int(text["vocab_size"])
+    tied = bool(_get(text, "tie_word_embeddings", default=cfg.get("tie_word_embeddings", False)))
+    mtype = str(text.get("model_type") or cfg.get("model_type") or "unknown")
+    kv_lora = text.get("kv_lora_rank")
+    rope = int(text.get("qk_rope_head_dim") or 0)
+    mla = (int(kv_lora), rope) if kv_lora else None
+
+    # attention
+    if mla:
+        nope = int(text.get("qk_nope_head_dim") or 0)
+        v = int(text.get("v_head_dim") or nope)
+        ql = text.get("q_lora_rank")
+        q = (h * ql + ql + ql * H * (nope + rope)) if ql else h * H * (nope + rope)
+        attn = q + h * (mla[0] + rope) + mla[0] + mla[0] * H * (nope + v) + H * v * h
+    else:
+        attn = h * H * d + 2 * h * K * d + H * d * h
+        if text.get("attention_bias") or mtype.startswith("qwen2") or mtype == "gpt_oss":
+            attn += H * d + 2 * K * d + (h if mtype == "gpt_oss" else 0)
+        if mtype == "gpt_oss":
+            attn += H  # attention sinks
+
+    # MLP / experts per layer
+    experts = int(_get(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0)
+    i_dense = int(_get(text, "intermediate_size", default=0) or 0)
+    i_moe = int(_get(text, "moe_intermediate_size", default=0) or i_dense)
+    shared_i = int(text.get("shared_expert_intermediate_size") or 0)
+    if not shared_i and text.get("n_shared_experts"):
+        shared_i = int(text["n_shared_experts"]) * i_moe
+    if mtype.startswith("llama4"):
+        shared_i = i_dense  # Llama 4: one shared expert as wide as a routed one
+        i_dense = int(text.get("intermediate_size_mlp") or i_dense)
+    first_dense = int(text.get("first_k_dense_replace") or 0)
+    freq = int(text.get("moe_layer_freq") or 1)
+    step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)
+    mlp_only = set(text.get("mlp_only_layers") or [])
+    gated = 3  # gate, up, down
+
+    def is_moe(layer: int) -> bool:
+        if not experts:
+            return False
+        if layer < first_dense or layer in mlp_only:
+            return False
+        if "decoder_sparse_step" in text or "interleave_moe_layer_step" in text:
+            return (layer + 1) % step == 0
+        return layer % freq == 0
+
+    expert_params = 0.0
+    dense_mlp = 0.0
+    router = 0.0
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == L:
+        # Nemotron-H style: M = Mamba-2 mixer, * = attention, - = MLP, one block per layer
+        plain = str(text.get("mlp_hidden_act", "")) in ("relu2", "relu", "gelu")
+        mlp = (2 if plain else gated) * h * i_dense
+        nh, hd = int(text.get("mamba_num_heads") or 0), int(text.get("mamba_head_dim") or 0)
+        ng, ds = int(text.get("n_groups") or 1), int(text.get("ssm_state_size") or 0)
+        d_in = nh * hd or int(text.get("expand") or 2) * h
+        conv = int(text.get("conv_kernel") or 4)
+        mamba = h * (2 * d_in + 2 * ng * ds + nh) + (d_in + 2 * ng * ds) * conv + d_in * h + 3 * nh + d_in
+        n_m, n_a, n_mlp = pattern.count("M"), pattern.count("*"), pattern.count("-")
+        quantizable = n_a * attn + n_mlp * mlp + n_m * mamba
+        norms = L * h + h
+        kept = V * h * (1 if tied else 2) + norms
+        return _finish(
+            cfg,
+            text,
+            quantizable,
+            kept,
+            0.0,
+            [],
+            quantization,
+            dtype,
+            h,
+            L,
+            H,
+            K,
+            d,
+            V,
+            tied,
+            mtype,
+            mla,
+            [c == "*" for c in pattern],
+            None,
+        )
+    for layer in range(L):
+        if is_moe(layer):
+            per_expert = gated * h * i_moe
+            if mtype == "gpt_oss":
+                per_expert += 2 * i_moe + h  # expert biases
+            expert_params += experts * per_expert
+            dense_mlp += gated * h * shared_i
+            router += h * experts + (experts if mtype == "gpt_oss" else 0)
+        else:
+            dense_mlp += gated * h * i_dense
+    kinds, window = _layer_kinds(text, L)
+    if isinstance(text.get("layer_types"), list) and any("linear" in str(t) for t in text["layer_types"]):
+        partial.append("linear-attention layers are counted as standard attention for parameters")
+    norms = 2 * h * L + h
+    embed = V * h * (1 if tied else 2)
+    vision = 0.0
+    vc = cfg.get("vision_config")
+    if isinstance(vc, dict):
+        vh = int(_get(vc, "hidden_size", default=0) or 0)
+        vl = int(_get(vc, "num_hidden_layers", "depth", default=0) or 0)
+        vi = int(_get(vc, "intermediate_size", default=0) or 4 * vh)
+        if vh and vl:
+            vision = vl * (4 * vh * vh + 2 * vh * vi) + vh * h
+            partial.append("vision tower estimated from its hidden size, depth and MLP width")
+    quantizable = L * attn + dense_mlp + expert_params
+    kept = embed + norms + router + vision
+    return _finish(
+        cfg,
+        text,
+        quantizable,
+        kept,
+        expert_params,
+        partial,
+        quantization,
+        dtype,
+        h,
+        L,
+        H,
+        K,
+        d,
+        V,
+        tied,
+        mtype,
+        mla,
+        kinds,
+        window,
+    )
+
+
+def _finish(
+    cfg: dict[str, Any],
+    text: dict[str, Any],
+    quantizable: float,
+    kept: float,
+    expert_params: float,
+    partial: list[str],
+    quantization: str | None,
+    dtype: str | None,
+    h: int,
+    L: int,
+    H: int,
+    K: int,
+    d: int,
+    V: int,
+    tied: bool,
+    mtype: str,
+    mla: tuple[int, int] | None,
+    kinds: list[bool | None],
+    window: int | None,
+) -> ModelShape:
+    """Quantization, dtype and KV layout; then the shape."""
+    qcfg = cfg.get("quantization_config") or text.get("quantization_config") or {}
+    method = (quantization or qcfg.get("quant_method") or qcfg.get("quantization") or "").lower() or None
+    if method == "compressed-tensors":
+        groups = qcfg.get("config_groups") or {}
+        fmt = json.dumps(groups).lower()
+        method = (
+            "fp8"
+            if "float" in fmt and '"num_bits": 8' in fmt
+            else "int4"
+            if '"num_bits": 4' in fmt
+            else "int8"
+        )
+    if method and method not in QUANT_BYTES:
+        partial.append(f"quantization {method!r} unknown here: weights sized at the model dtype")
+        method = None
+    torch_dtype = str(
+        dtype or _get(text, "torch_dtype", "dtype", default=cfg.get("torch_dtype") or "bfloat16")
+    )
+    dbytes = float(DTYPE_BYTES.get(torch_dtype.replace("torch.", ""), 2))
+    n_attn_kv = sum(1 for k in kinds if k is not False)
+    n_window = sum(1 for k in kinds if k is None)
+    src = Path(cfg.get("__path__", "model/config.json"))
+    name = str(
+        cfg.get("_name_or_path") or (src.parent.name if src.name == "config.json" else src.stem) or "MODEL"
+    )
+    return ModelShape(
+        name=name,
+        model_type=mtype,
+        vocab=V,
+        hidden=h,
+        layers=L,
+        heads=H,
+        kv_heads=K,
+        head_dim=d,
+        tied=tied,
+        max_position=_get(text, "max_position_embeddings", "max_sequence_length", "seq_length"),
+        dtype_bytes=dbytes,
+        quant=method,
+        mla=mla,
+        attn_layers=n_attn_kv,
+        window_layers=n_window,
+        window=window,
+        params_quantizable=quantizable,
+        params_kept=kept,
+        expert_params=expert_params,
+        partial=partial,
+    )
+
+
+def weight_bytes(s: ModelShape) -> float:
+    """Bytes of all weights: quantized linear layers, the rest at the model dtype."""
+    if s.quant == "mxfp4":  # gpt-oss: only the experts are MXFP4
+        return s.expert_params * QUANT_BYTES["mxfp4"] + (s.params_total - s.expert_params) * s.dtype_bytes
+    per = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
+    return s.params_quantizable * per + s.params_kept * s.dtype_bytes
+
+
+def kv_bytes_per_token(s: ModelShape, kv_dtype: str = "auto", tp: int = 1) -> float:
+    """KV bytes one token costs: per GPU at this tensor-parallel size (tp=1: the whole model)."""
+    b = s.dtype_bytes if kv_dtype in ("auto", "", None) else DTYPE_BYTES.get(kv_dtype.split("_")[0], 1)
+    if s.mla:
+        return s.attn_layers * (s.mla[0] + s.mla[1]) * b  # one latent per layer, replicated on every rank
+    kv_per_gpu = max(1, s.kv_heads // tp) if tp > 1 else s.kv_heads
+    return 2 * s.attn_layers * kv_per_gpu * s.head_dim * b
+
+
+@dataclass
+class Plan:
+    shape: ModelShape
+    gpus: int
+    gpu_total_gib: float
+    used_gib: float
+    tp: int
+    pp: int
+    util: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_dtype: str
+    engine: str
+    weights_gib_per_gpu: float = 0.0
+    activation_gib: float = 0.0
+    overhead_gib: float = 0.0
+    kv_gib_per_gpu: float = 0.0
+    kv_tokens: int = 0
+    max_concurrency: float = 0.0
+    longest_context_for_seqs: int = 0
+    fits: bool = False
+    reasons: list[str] = field(default_factory=list)
+    what_would: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.shape.name,
+            "params_total": int(self.shape.params_total),
+            "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 2),
+            "kv_bytes_per_token": int(kv_bytes_per_token(self.shape, self.kv_dtype, 1)),
+            "kv_bytes_per_token_per_gpu": int(kv_bytes_per_token(self.shape, self.kv_dtype, self.tp)),
+            "activation_gib": round(self.activation_gib, 2),
+            "overhead_gib": round(self.overhead_gib, 2),
+            "kv_gib_per_gpu": round(self.kv_gib_per_gpu, 2),
+            "kv_tokens": self.kv_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "max_model_len": self.max_model_len,
+            "longest_context_for_max_num_seqs": self.longest_context_for_seqs,
+            "tensor_parallel_size": self.tp,
+            "pipeline_parallel_size": self.pp,
+            "gpus": self.gpus,
+            "gpu_total_gib": self.gpu_total_gib,
+            "gpu_memory_utilization": self.util,
+            "fits": self.fits,
+            "why_not": self.reasons,
+            "what_would_fit": self.what_would,
+            "partial": self.shape.partial,
+            "assumptions": self.assumptions,
+            "launch": launch_text(self),
+        }
+
+
+def activation_gib(s: ModelShape, batched_tokens: int, seqs: int, tp: int) -> float:
+    """Peak activations of the profiling pass: the widest MLP input of a full batch (model dtype)
+    plus fp32 logits for the sampled sequences; measured by vLLM as 'PyTorch activation peak'."""
+    i = max(1, int(s.params_quantizable / max(1, s.layers) / (3 * s.hidden)))  # effective MLP width
+    per_token = (2 * min(i, 4 * s.hidden) + 4 * s.hidden) * s.dtype_bytes / tp
+    logits = min(seqs, batched_tokens) * s.vocab * 4 / tp
+    return (batched_tokens * per_token + logits) / GIB
+
+
+def plan(
+    s: ModelShape,
+    gpus: int,
+    gpu_total_gib: float,
+    used_gib: float = 0.0,
+    tp: int | None = None,
+    pp: int = 1,
+    util: float | None = None,
+    max_model_len: int | None = None,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    kv_dtype: str = "auto",
+    engine: str = "vllm",
+) -> Plan:
+    util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
+    length = int(max_model_len or s.max_position or 4096)
+    batched = max_num_batched_tokens or (8192 if gpu_total_gib >= 70 else 2048)
+    candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
+    chosen: Plan | None = None
+    for t in candidates:
+        p = _evaluate(
+            s, gpus, gpu_total_gib, used_gib, t, pp, util, length, max_num_seqs, batched, kv_dtype, engine
+        )
+        chosen = p
+        if p.fits:
+            break
+    assert chosen is not None
+    if not chosen.fits:
+        chosen.what_would = _what_would(
+            s,
+            chosen,
+            gpus,
+            gpu_total_gib,
+            used_gib,
+            pp,
+            util,
+            length,
+            max_num_seqs,
+            batched,
+            kv_dtype,
+            engine,
+        )
+    return chosen
+
+
+def _what_would(
+    s: ModelShape,
+    p: Plan,
+    gpus: int,
+    total: float,
+    used: float,
+    pp: int,
+    util: float,
+    length: int,
+    seqs: int,
+    batched: int,
+    kv_dtype: str,
+    engine: str,
+) -> list[str]:
+    """When nothing fits: the nearest launches that would."""
+    import dataclasses
+
+    out: list[str] = []
+    if p.kv_tokens >= 1024 and p.weights_gib_per_gpu < total * util:
+        out.append(f"a shorter context: --max-model-len {p.kv_tokens // 1024 * 1024} at tp={p.tp}")
+    if kv_dtype in ("auto", "") and not s.mla:
+        q = _evaluate(s, gpus, total, used, p.tp, pp, util, length, seqs, batched, "fp8", engine)
+        if q.fits:
+            out.append(f"an fp8 KV cache (--kv-cache-dtype fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
+    if s.quant is None:
+        found = False
+        for method in ("fp8", "int4"):
+            qs = dataclasses.replace(s, quant=method)
+            for t in [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]:
+                q = _evaluate(qs, gpus, total, used, t, pp, util, length, seqs, batched, kv_dtype, engine)
+                if q.fits:
+                    out.append(f"{method} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={t}")
+                    found = True
+                    break
+            if found:
+                break
+    for t in [t for t in range(gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
+        q = _evaluate(s, t * pp, total, used, t, pp, util, length, seqs, batched, kv_dtype, engine)
+        if q.fits:
+            out.append(f"more GPUs: tp={t} on {t * pp} GPUs of {total:g} GiB")
+            break
+    return out
+
+
+def _evaluate(
+    s: ModelShape,
+    gpus: int,
+    total: float,
+    used: float,
+    tp: int,
+    pp: int,
+    util: float,
+    length: int,
+    seqs: int,
+    batched: int,
+    kv_dtype: str,
+    engine: str,
+) -> Plan:
+    p = Plan(s, gpus, total, used, tp, pp, util, length, seqs, batched, kv_dtype, engine)
+    shards = tp * pp
+    p.weights_gib_per_gpu = weight_bytes(s) / shards / GIB
+    p.activation_gib = activation_gib(s, batched, seqs, tp) if engine != "sglang" else 0.0
+    p.overhead_gib = 0.75 + (
+        0.5 if shards > 1 else 0.0
+    )  # CUDA context + allocator slack; NCCL buffers with TP
+    if engine == "sglang":
+        budget = (total - used) * util  # weights + KV pool share of the memory free at start
+        p.assumptions.append(
+            f"SGLang: weights + KV pool = mem_fraction_static {util} × free memory; activations "
+            "and CUDA graphs use the rest"
+        )
+    else:
+        budget = total * util - used - p.activation_gib - p.overhead_gib
+        p.assumptions.append(
+            f"vLLM: KV = total × {util} − weights − activation peak − non-torch/graphs; memory "
+            "used by other processes is subtracted"
+        )
+    p.kv_gib_per_gpu = budget - p.weights_gib_per_gpu
+    per_tok = kv_bytes_per_token(s, kv_dtype, tp) / pp
+    p.kv_tokens = max(0, int(p.kv_gib_per_gpu * GIB / per_tok)) if per_tok else 0
+    window = s.window or length
+    full = s.attn_layers - s.window_layers
+    eff = (full * length + s.window_layers * min(window, length)) / max(
+        1, s.attn_layers
+    )  # tokens per request
+    p.max_concurrency = p.kv_tokens / eff if eff else 0.0
+    p.longest_context_for_seqs = int(p.kv_tokens / max(1, seqs))
+    p.assumptions += [
+        f"weights: {s.params_total / 1e9:.2f} B parameters, "
+        + (f"{s.quant} linear layers" if s.quant else f"{s.dtype_bytes:g} bytes each")
+        + (f" (int4 group size {INT4_GROUP} for scales/zeros)" if s.quant in ("int4", "awq", "gptq") else ""),
+        f"activation peak estimated for max_num_batched_tokens={batched}, max_num_seqs={seqs}",
+        f"KV per token per GPU {per_tok / 1024:.1f} KiB ({'MLA latent, replicated' if s.mla else 'KV heads split over TP'})",
+    ]
+    if s.heads % tp:
+        p.reasons.append(f"{s.heads} attention heads are not divisible by tensor_parallel_size {tp}")
+    if shards > gpus:
+        p.reasons.append(f"{shards} GPUs needed (tp × pp), {gpus} visible")
+    if p.weights_gib_per_gpu > budget:
+        p.reasons.append(
+            f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
+        )
+    elif p.kv_tokens < length:
+        p.reasons.append(f"the KV cache holds {p.kv_tokens} tokens, less than one request of {length}")
+    if s.max_position and length > s.max_position:
+        p.reasons.append(
+            f"max_model_len {length} is above the model's max_position_embeddings {s.max_position}"
+        )
+    p.fits = not p.reasons
+    return p
+
+
+def launch_text(p: Plan) -> str:
+    s = p.shape
+    fit_len = p.max_model_len if p.kv_tokens >= p.max_model_len else max(1024, p.kv_tokens // 1024 * 1024)
+    if p.engine == "sglang":
+        parts = [
+            "python -m sglang.launch_server",
+            f"--model-path {s.name}",
+            f"--tp-size {p.tp}",
+            f"--context-length {fit_len}",
+            f"--mem-fraction-static {p.util:.2f}",
+        ]
+        if p.kv_dtype not in ("auto", ""):
+            parts.append(f"--kv-cache-dtype {p.kv_dtype}")
+        return " ".join(parts)
+    if p.engine == "generic":
+        seqs = max(1, int(p.kv_tokens / max(1, fit_len)))
+        return (
+            f"tensor_parallel_size: {p.tp}\ngpu_memory_utilization: {p.util:.2f}\n"
+            f"max_concurrent_requests: {min(seqs, p.max_num_seqs)}\n"
+        )
+    parts = [f"vllm serve {s.name}", f"--tensor-parallel-size {p.tp}"]
+    if p.pp > 1:
+        parts.append(f"--pipeline-parallel-size {p.pp}")
+    parts += [f"--max-model-len {fit_len}", f"--gpu-memory-utilization {p.util:.2f}"]
+    if p.kv_dtype not in ("auto", ""):
+        parts.append(f"--kv-cache-dtype {p.kv_dtype}")
+    return " ".join(parts)
+
+
+_GPUS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*(?:G(?:i)?B?)?\s*$")
+
+
+def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
+    """`2x80` → (2, 80.0): two GPUs of 80 GiB."""
+    m = _GPUS_RE.match(spec)
+    if not m:
+        return None
+    return int(m.group(1)), float(m.group(2))
+
+
+def gib_round(x: float) -> float:
+    return math.floor(x * 100) / 100
