@@ -56,6 +56,7 @@ class Context:
     observed: dict[str, Any]  # what the engine reported (KV tokens, running requests, usage)
     rule: Any = None
     device: dict[str, Any] | None = None  # the GPU snapshot (JSON form), when given
+    shape: Any = None  # budget.ModelShape from --config, when given
 
     @property
     def visible_gpus(self) -> int | None:
@@ -79,6 +80,12 @@ class Context:
         if param in prof.defaults:
             return prof.defaults[param]
         return self.profiles.get("generic").defaults.get(param)
+
+
+def weight_gib_at(shape: Any, tp: int) -> float:
+    from .budget import GIB, weight_bytes
+
+    return weight_bytes(shape) / tp / GIB
 
 
 def fmt_util(x: float) -> str:
@@ -468,6 +475,43 @@ class Advisor:
         )
         return fit
 
+    def tp_from_budget(self) -> None:
+        """With config.json: the smallest tensor-parallel size whose weights fit, else fp8 weights."""
+        s = self.ctx.shape
+        total = _as_float(self.ctx.finding.facts.get("total_gib"))
+        if s is None or total is None:
+            return
+        from .budget import plan
+
+        gpus = self.ctx.visible_gpus or 8
+        cur = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+        util = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        p = plan(s, gpus, total, util=util, max_model_len=_as_int(self.ctx.current("max_model_len")) or 4096)
+        if p.fits and p.tp <= cur:
+            # the arithmetic says it fits as launched: the memory went elsewhere
+            self.add(
+                "action:free_gpu",
+                "stop whatever else uses the GPU (see `nvidia-smi`)",
+                f"config.json: the weights need only {weight_gib_at(s, cur):.1f} GiB per GPU at "
+                f"tensor_parallel_size {cur}, which fits {total:g} GiB; something else held the memory",
+            )
+        elif p.fits:
+            self.add(
+                "tensor_parallel_size",
+                p.tp,
+                f"config.json: the weights take {p.weights_gib_per_gpu:.1f} GiB "
+                f"per GPU at {p.tp} GPUs of {total:g} GiB (and {s.heads} heads divide evenly)",
+                cur,
+            )
+        elif not p.fits:
+            self.add(
+                "quantization",
+                "fp8",
+                f"config.json: no parallel size on {gpus} GPUs of {total:g} GiB holds "
+                f"{s.params_total / 1e9:.1f} B parameters in {s.dtype_bytes:g}-byte weights",
+                self.ctx.current("quantization"),
+            )
+
     def for_kv_cache_too_small(self) -> None:
         f = self.ctx.finding
         est = _as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
@@ -504,6 +548,7 @@ class Advisor:
             if other:
                 self.free_gpu()
                 self.generic("env:CUDA_VISIBLE_DEVICES")
+            self.tp_from_budget()
             self.tp_valid(want_more=True)
             self.generic("quantization")
             self.free_gpu()
@@ -717,6 +762,7 @@ def advise(
     frames: set[str] | None = None,
     observed: dict[str, Any] | None = None,
     device: dict[str, Any] | None = None,
+    shape: Any = None,
 ) -> list[Change]:
     if finding is None:
         return []
@@ -729,6 +775,7 @@ def advise(
         observed=observed or {},
         rule=rule,
         device=device,
+        shape=shape,
     )
     return Advisor(ctx).run()
 

@@ -97,6 +97,7 @@ def diagnose(
         frames=set(primary.frames) if primary else None,
         observed=result.observed,
         device=device,
+        shape=shape,
     )
     status = status_of(findings, result.timeline)
     if primary is None and status == "incomplete":
