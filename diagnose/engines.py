@@ -30,7 +30,7 @@ PROFILE_KEYS = {
     "defaults",
     "stack_hints",
 }
-MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why"}
+MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
 
@@ -48,6 +48,7 @@ class Marker:
     weight: int = 1
     variant: str | None = None
     kind: str | None = None  # launch parser kind
+    repeat: bool = False  # observe: printed again and again (stats); the latest wins
     path: str = ""
 
     def target(self, line: Line) -> str:
@@ -109,6 +110,7 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
         examples=list(examples),
         phase=phase,
         weight=int(raw.get("weight", 1)),
+        repeat=bool(raw.get("repeat", False)),
         variant=raw.get("variant"),
         kind=kind,
         path=path,

@@ -100,10 +100,12 @@ class Scanner:
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self._by_needle = dict(by_needle)
+        # Needles only recurring stats lines carry (KV usage, decode batches): only the latest
+        # one in a block matters, so they are found with one rfind per block, not the index.
         self._observe_only = {
             n
             for n, hs in self._by_needle.items()
-            if hs and all(getattr(h, "what", "") == "observe" for h in hs)
+            if hs and all(getattr(h, "what", "") == "observe" and getattr(h, "repeat", False) for h in hs)
         }
         self._latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         self._order = {id(m): i for i, m in enumerate(profiles.markers)}
@@ -114,6 +116,7 @@ class Scanner:
         self._index_dirty = True
         self._index: Any = None
         self._index_needles: list[str] = []
+        self._observe_live: list[str] = []
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         # state
         self.source = "-"
@@ -153,7 +156,12 @@ class Scanner:
 
     def _build_index(self) -> None:
         live = [
-            n for n, hs in self._by_needle.items() if not hs or any(id(h) not in self._retired for h in hs)
+            n
+            for n, hs in self._by_needle.items()
+            if (not hs or any(id(h) not in self._retired for h in hs)) and n not in self._observe_only
+        ]
+        self._observe_live = [
+            n for n in self._observe_only if any(id(h) not in self._retired for h in self._by_needle[n])
         ]
         self._index_needles = live
         self._index = make_index([n.encode("utf-8") for n in live])
@@ -169,9 +177,9 @@ class Scanner:
                 self._track[n.encode("utf-8")] = handler.phase
 
     def _revive_phases(self) -> None:
-        """A restart: the phase markers are needed again."""
+        """A restart: the phase markers (and one-time observations) are needed again."""
         for m in self.profiles.markers:
-            if m.what == "phases" and id(m) in self._retired:
+            if m.what in ("phases", "observe") and id(m) in self._retired:
                 self._retired.discard(id(m))
                 self._index_dirty = True
         self._track = {}
@@ -202,11 +210,7 @@ class Scanner:
                 found.add(needles[matches[i][0]])
                 i += 1
             self.lineno += block.count(b"\n", pos, start) + 1
-            if found <= self._observe_only:
-                # a stats line: only the latest one matters, so keep its bytes and read it at the end
-                self._latest_observed[frozenset(found)] = (self.lineno, block[start:end])
-            else:
-                self._process(block[start:end], found)
+            self._process(block[start:end], found)
             pos = end + 1
             while self._collect is not None and pos < n:
                 nl = block.find(b"\n", pos)
@@ -218,6 +222,14 @@ class Scanner:
             self.lineno += block.count(b"\n", pos, n)
             if not block.endswith(b"\n"):
                 self.lineno += 1
+        for needle in self._observe_live:
+            idx = block.rfind(needle.encode("utf-8"))
+            if idx >= 0:
+                # the latest stats line of this kind: keep its bytes, read it when a result is asked for
+                start = block.rfind(b"\n", 0, idx) + 1
+                nl = block.find(b"\n", idx)
+                line = base + block.count(b"\n", 0, start) + 1
+                self._latest_observed[frozenset({needle})] = (line, block[start : n if nl < 0 else nl])
         for needle, phase in self._track.items():
             idx = block.rfind(needle)
             if idx >= 0:
@@ -417,6 +429,8 @@ class Scanner:
         elif what == "observe":
             # sizes and counts the engine reports (KV tokens, running requests, usage): latest wins
             self.observed.update(typed_facts(m.groupdict()))
+            if not mk.repeat:
+                self.retire(mk)  # said once per start (revived on a restart)
         elif what == "launch":
             text = m.groupdict().get("repr") or ""
             if mk.kind == "rust_debug" and text.rstrip().endswith("{"):
