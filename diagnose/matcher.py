@@ -117,6 +117,7 @@ class Scanner:
         self._index: Any = None
         self._index_needles: list[str] = []
         self._observe_live: list[str] = []
+        self._want_progress = False
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         # state
         self.source = "-"
@@ -230,7 +231,8 @@ class Scanner:
                 nl = block.find(b"\n", idx)
                 line = base + block.count(b"\n", 0, start) + 1
                 self._latest_observed[frozenset({needle})] = (line, block[start : n if nl < 0 else nl])
-        for needle, phase in self._track.items():
+        # only worth scanning for once an unexplained traceback wants to know if serving went on
+        for needle, phase in self._track.items() if self._want_progress else ():
             idx = block.rfind(needle)
             if idx >= 0:
                 line = base + block.count(b"\n", 0, idx) + 1
@@ -338,6 +340,7 @@ class Scanner:
 
     def _synthetic(self, line: Line, title: str, tb: TracebackEvent | None = None) -> None:
         rid = "generic.unexplained-error"
+        self._want_progress = True
         self.hit_counts[rid] += 1
         if self.hit_counts[rid] > MAX_HITS_PER_RULE:
             return
