@@ -14,7 +14,16 @@ import regex
 
 from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
-from .rules import PATTERN_TIMEOUT_S, _load_yaml, builtin_rules_dir, rule_files
+from .rules import (
+    PATTERN_TIMEOUT_S,
+    _known_good,
+    _load_yaml,
+    _read,
+    builtin_rules_dir,
+    file_digest,
+    remember_valid,
+    rule_files,
+)
 
 PROFILE_KEYS = {
     "engine",
@@ -56,6 +65,8 @@ class Marker:
         return line.text if self.what in ("detect", "variants") else line.message
 
     def search(self, text: str) -> Any:
+        if self.compiled is None:  # validated earlier (cache): compiled on first use
+            self.compiled = regex.compile(self.pattern)
         try:
             return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
@@ -75,7 +86,7 @@ class Profile:
     problems: list[str] = field(default_factory=list)
 
 
-def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
+def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool = False) -> Marker:
     label = f"{engine}.{what}[{i}]"
     if not isinstance(raw, dict):
         raise RuleError(path, label, None, "must be a mapping")
@@ -88,10 +99,12 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(path, label, "pattern", "missing")
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as e:
-        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    compiled = None
+    if not trusted:
+        try:
+            compiled = regex.compile(pattern)
+        except regex.error as e:
+            raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
     examples = raw.get("examples")
     if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
         raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
@@ -117,16 +130,18 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int) -> Marker:
     )
     from .lines import make_line
 
+    if trusted:
+        return m
     for e in m.examples:
         line = make_line("example", 1, e.encode())
         if not any(n in line.text for n in m.needles) or not m.search(m.target(line)):
             raise RuleError(path, label, "examples", f"pattern does not match its example: {e[:100]!r}")
-    if what == "version" and "version" not in compiled.groupindex:
+    if what == "version" and compiled is not None and "version" not in compiled.groupindex:
         raise RuleError(path, label, "pattern", "needs a named group 'version'")
     return m
 
 
-def parse_profile(data: Any, path: str) -> Profile:
+def parse_profile(data: Any, path: str, trusted: bool = False) -> Profile:
     if not isinstance(data, dict):
         raise RuleError(path, None, None, "an engine profile must be a mapping")
     for k in data:
@@ -142,7 +157,7 @@ def parse_profile(data: Any, path: str) -> Profile:
             raise RuleError(path, engine, what, "must be a list")
         for i, raw in enumerate(items):
             try:
-                prof.markers.append(_marker(raw, path, engine, what, i))
+                prof.markers.append(_marker(raw, path, engine, what, i, trusted))
             except RuleError as e:
                 # one broken marker is reported and skipped; the rest of the profile still works
                 prof.problems.append(str(e))
@@ -186,12 +201,17 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
             continue
         for path in rule_files(d):
             try:
-                prof = parse_profile(_load_yaml(path), str(path))
+                raw = _read(path)
+                digest = file_digest(raw)
+                trusted = digest in _known_good()
+                prof = parse_profile(_load_yaml(path, raw), str(path), trusted)
             except RuleError as e:
                 problems.append(str(e))
                 continue
             out[prof.engine] = prof
             problems.extend(prof.problems)
+            if not trusted and not prof.problems:
+                remember_valid({digest})
     if "generic" not in out:
         out["generic"] = Profile(engine="generic", title="generic", path="")
     return Profiles(out, problems)

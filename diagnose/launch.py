@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import shlex
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyparsing as pp
+if TYPE_CHECKING:
+    import pyparsing as pp
 
 # Launch keys every engine may print under the canonical (vLLM) name.
 CANONICAL = {
@@ -51,6 +52,8 @@ class _Raw(str):
 
 @lru_cache(maxsize=1)
 def _grammar() -> dict[str, pp.ParserElement]:
+    import pyparsing as pp  # only when a launch dump appears: it costs ~40 ms to import
+
     pp.ParserElement.enable_packrat()
     value = pp.Forward()
     ident = pp.Word(pp.alphas + "_", pp.alphanums + "_.")
@@ -113,6 +116,8 @@ def _unwrap(v: Any) -> Any:
 
 def parse_repr(kind: str, text: str) -> dict[str, Any]:
     """Parse one dump into a flat mapping of top-level keys. Unparseable text gives {}."""
+    import pyparsing as pp
+
     g = _grammar()
     text = text.strip()
     try:

@@ -45,6 +45,7 @@ ENGINE_MIN_SCORE = 5
 ENGINE_DECIDED = 30  # detection evidence after which other engines' markers stop being searched
 VARIANT_DECIDED = 20
 RULE_EVIDENCE_WEIGHT = 3
+REFIND_AFTER = 64  # candidate lines processed before a block is searched again with retired needles gone
 
 
 @dataclass(slots=True)
@@ -118,6 +119,8 @@ class Scanner:
         self._index_needles: list[str] = []
         self._observe_live: list[str] = []
         self._want_progress = False
+        self._block = b""  # the block being fed, and where the current line starts in it
+        self._line_start = 0
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         # state
         self.source = "-"
@@ -154,6 +157,27 @@ class Scanner:
     def set_source(self, name: str) -> None:
         self.source = name
         self.lineno = 0
+
+    def _now(self, line: Line) -> str | None:
+        """When this line was written: its own time, else that of the lines just before it."""
+        if line.timestamp:
+            return line.timestamp
+        near = self._time_before(self._block, self._line_start) if self._block else None
+        return near or self.last_time
+
+    def _time_before(self, block: bytes, end: int, lines: int = 5) -> str | None:
+        """The timestamp of the nearest of the few lines before `end` that carries one."""
+        for _ in range(lines):
+            if end <= 0:
+                return None
+            start = block.rfind(b"\n", 0, end - 1) + 1
+            raw = block[start:end].rstrip(b"\n")
+            if raw:
+                ts = make_line(self.source, 0, raw[:300]).timestamp
+                if ts:
+                    return ts
+            end = start
+        return None
 
     def _build_index(self) -> None:
         live = [
@@ -194,6 +218,7 @@ class Scanner:
         matches = self._index.find(block)
         needles = self._index_needles
         pos = 0  # first byte not yet accounted for in self.lineno
+        processed = 0  # candidate lines since the index was last rebuilt
         i, nm = 0, len(matches)
         while i < nm:
             nid, start_of_match = matches[i]
@@ -211,6 +236,7 @@ class Scanner:
                 found.add(needles[matches[i][0]])
                 i += 1
             self.lineno += block.count(b"\n", pos, start) + 1
+            self._block, self._line_start = block, start
             self._process(block[start:end], found)
             pos = end + 1
             while self._collect is not None and pos < n:
@@ -219,10 +245,24 @@ class Scanner:
                 self.lineno += 1
                 self._process(block[pos:end], set())
                 pos = end + 1
+            processed += 1
+            if self._index_dirty and pos < n and processed >= REFIND_AFTER:
+                # markers retired mid-block: search the rest with the smaller set of needles
+                # (not after every retirement: at startup they come in bursts)
+                processed = 0
+                self._build_index()
+                needles = self._index_needles
+                matches = [(nid, at + pos) for nid, at in self._index.find(block[pos:])]
+                i, nm = 0, len(matches)
         if pos < n:
             self.lineno += block.count(b"\n", pos, n)
             if not block.endswith(b"\n"):
                 self.lineno += 1
+        # the log's clock at the end of the block (most lines are never decoded)
+        t = self._time_before(block, n)
+        if t is not None:
+            self.last_time = t
+        self._block = b""
         for needle in self._observe_live:
             idx = block.rfind(needle.encode("utf-8"))
             if idx >= 0:
@@ -324,7 +364,7 @@ class Scanner:
             self.run,
             self.current_phase,
             frozenset(self.reached),
-            self.last_time,
+            self._now(line),
             tb,
         )
         self.hits.append(rec)
@@ -502,7 +542,7 @@ class Scanner:
         if phase not in ("start", "args"):  # those two must stay: they reveal a restart
             self._retire_all(lambda x: x.what == "phases" and x.phase == phase)
         # a line without its own time (uvicorn's) happened at the last time the log showed
-        when = line.timestamp or self.last_time
+        when = self._now(line)
         self.timeline.append(PhaseMark(phase, line.number, when, line.source, line.message[:200]))
         if idx > cur:
             self.current_phase = phase

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .advice import advise, advise_incomplete
-from .budget import GIB, ModelShape, kv_bytes_per_token, load_config, shape_from_config, weight_bytes
-from .crosscheck import cross_check
-from .device import DeviceError, DeviceSnapshot, apply_visible_devices, parse_nvidia_smi
 from .engines import Profiles, load_profiles
 from .errors import InputError
 from .lines import Source, read_blocks, resolve_sources
@@ -16,6 +14,10 @@ from .matcher import Scanner, ScanResult
 from .model import Diagnosis, Finding
 from .rules import RuleSet, load_rules
 from .triage import build_findings, detect_engine, hang_finding, last_phase, order, status_of
+
+if TYPE_CHECKING:  # imported where used: a plain scan needs neither pyparsing's device grammar nor the budget
+    from .budget import ModelShape
+    from .device import DeviceError, DeviceSnapshot
 
 
 @dataclass
@@ -63,6 +65,9 @@ def diagnose(
     failed = any(f.severity == "fatal" for f in findings)
     device = None
     if snapshot is not None:
+        from .crosscheck import cross_check
+        from .device import apply_visible_devices
+
         cvd = result.observed.get("cuda_visible_devices")
         snap = apply_visible_devices(snapshot, str(cvd)) if cvd is not None else snapshot
         extra, device = cross_check(findings, snap, result.launch, result.observed, failed)
@@ -122,6 +127,8 @@ def diagnose(
 
 def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]
     """What the arithmetic from config.json says about this failure (scan --config)."""
+    from .budget import GIB, kv_bytes_per_token, weight_bytes
+
     tp = int(launch.get("tensor_parallel_size") or 1) * int(launch.get("pipeline_parallel_size") or 1)
     weights = weight_bytes(shape) / tp / GIB
     primary.facts["plan_weights_gib_per_gpu"] = round(weights, 2)
@@ -139,6 +146,8 @@ def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict 
 
 def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]:
     """Read `--gpus FILE`: a snapshot, or the driver error it reports; other problems raise."""
+    from .device import DeviceError, parse_nvidia_smi
+
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(4 << 20)  # nvidia-smi output is small; a huge file is not one
@@ -164,5 +173,9 @@ def scan_paths(
     snapshot, snap_err = load_snapshot(gpus) if gpus else (None, None)
     result = scan_sources(sources, know, engine)
     name = ", ".join(s.name for s in sources)
-    shape = shape_from_config(load_config(config)) if config else None
+    shape = None
+    if config:
+        from .budget import load_config, shape_from_config
+
+        shape = shape_from_config(load_config(config))
     return diagnose(result, know, name, engine, snapshot, snap_err, shape=shape)

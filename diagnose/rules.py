@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -57,10 +59,74 @@ class Rule:
     scope: str = "message"  # match the message after prefixes, or the whole "text"
 
     def search(self, text: str) -> Any:
+        if self.compiled is None:  # validated earlier (cache): compiled on first use
+            self.compiled = regex.compile(self.pattern)
         try:
             return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
             return None
+
+
+# --- validation cache -------------------------------------------------------------------------
+# Validating a rule file (compiling every pattern, running every example) costs more than
+# the rest of a short scan; a file whose exact bytes already validated with this version is
+# trusted, and its patterns compile on first use.
+
+
+def _cache_file() -> Path | None:
+    env = os.environ.get("DIAGNOSE_CACHE")
+    if env == "off":
+        return None
+    if env:
+        return Path(env) / "validated.json"
+    try:
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("diagnose")) / "validated.json"
+    except ImportError:  # pragma: no cover
+        return None
+
+
+_known: set[str] | None = None
+
+
+def _known_good() -> set[str]:
+    global _known
+    if _known is None:
+        _known = set()
+        path = _cache_file()
+        if path is not None:
+            try:
+                data = json.loads(path.read_text())
+                if isinstance(data, list):
+                    _known = {str(x) for x in data}
+            except (OSError, ValueError):
+                pass
+    return _known
+
+
+def file_digest(data: bytes) -> str:
+    from . import __version__
+
+    return hashlib.sha256(__version__.encode() + b"\0" + data).hexdigest()
+
+
+def remember_valid(digests: set[str]) -> None:
+    """Record files that validated cleanly (best effort, atomic; a read-only home is fine)."""
+    known = _known_good()
+    if digests <= known:
+        return
+    known |= digests
+    path = _cache_file()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".validated.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(sorted(known)[-2000:]))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def builtin_rules_dir() -> Path:
@@ -83,7 +149,7 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-def parse_rule(raw: Any, path: str, index: int) -> Rule:
+def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
     """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
     if not isinstance(raw, dict):
         raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
@@ -136,10 +202,12 @@ def parse_rule(raw: Any, path: str, index: int) -> Rule:
     )
     pattern = raw["pattern"]
     _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as e:
-        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    compiled = None
+    if not trusted:
+        try:
+            compiled = regex.compile(pattern)
+        except regex.error as e:
+            raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
     title = raw["title"]
     _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
     ex = raw["examples"]
@@ -188,9 +256,10 @@ def parse_rule(raw: Any, path: str, index: int) -> Rule:
         oom_phase=phase,
         scope=scope,
     )
-    problem = check_examples(rule)
-    if problem:
-        raise RuleError(path, label, problem[0], problem[1])
+    if not trusted:
+        problem = check_examples(rule)
+        if problem:
+            raise RuleError(path, label, problem[0], problem[1])
     return rule
 
 
@@ -215,10 +284,22 @@ def check_examples(rule: Rule) -> tuple[str, str] | None:
     return None
 
 
-def _load_yaml(path: Path) -> Any:
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
+
+
+def _read(path: Path) -> bytes:
     try:
+        return path.read_bytes()
+    except OSError as e:
+        raise RuleError(str(path), None, None, f"cannot read: {e}") from None
+
+
+def _load_yaml(path: Path, data: bytes | None = None) -> Any:
+    try:
+        if data is not None:
+            return yaml.load(data.decode("utf-8"), Loader=_Loader)
         with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return yaml.load(f, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -262,7 +343,8 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
             continue
         for path in rule_files(d):
             try:
-                data = _load_yaml(path)
+                raw_bytes = _read(path)
+                data = _load_yaml(path, raw_bytes)
             except RuleError as e:
                 problems.append(str(e))
                 continue
@@ -271,11 +353,15 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
             if not isinstance(data, list):
                 problems.append(f"{path}: a rule file must be a YAML list of rules")
                 continue
+            digest = file_digest(raw_bytes)
+            trusted = digest in _known_good()
+            clean = True
             for i, raw in enumerate(data):
                 try:
-                    rule = parse_rule(raw, str(path), i)
-                except RuleError as e:
+                    rule = parse_rule(raw, str(path), i, trusted)
+                except (RuleError, UnicodeDecodeError) as e:
                     problems.append(str(e))
+                    clean = False
                     continue
                 if rule.id in seen:
                     problems.append(
@@ -284,4 +370,6 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
                     continue
                 seen[rule.id] = str(path)
                 rules.append(rule)
+            if clean and not trusted:
+                remember_valid({digest})
     return RuleSet(rules, problems)
