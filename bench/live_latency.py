@@ -23,9 +23,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PREFIX = (ROOT / "fixtures" / "logs" / "vllm" / "healthy-v0-tp2-serving.log").read_text().splitlines(True)[:13]
-FATAL = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-         "79.19 GiB of which 1.02 GiB is free.\n")
+PREFIX = (
+    (ROOT / "fixtures" / "logs" / "vllm" / "healthy-v0-tp2-serving.log").read_text().splitlines(True)[:13]
+)
+FATAL = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.19 GiB of which 1.02 GiB is free.\n"
+)
 DIAGNOSE = str(Path(sys.executable).parent / "diagnose")
 
 
@@ -52,8 +56,13 @@ def trial(cmd: list[str], ready: bytes | None, verdict: bytes, shell: bool = Fal
         path = Path(d) / "serve.log"
         path.write_text("".join(PREFIX))
         full = cmd[0].format(path=path) if shell else None
-        proc = subprocess.Popen(full if shell else [*cmd, str(path)], shell=shell, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            full if shell else [*cmd, str(path)],
+            shell=shell,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             if ready is not None:
                 read_until(proc, ready)
@@ -75,8 +84,11 @@ def idle_cpu(seconds: float) -> float:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "serve.log"
         path.write_text("".join(PREFIX))
-        proc = subprocess.Popen([DIAGNOSE, "watch", str(path), "--budget", "100000"], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [DIAGNOSE, "watch", str(path), "--budget", "100000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         read_until(proc, b"distributed init")
         tick = os.sysconf("SC_CLK_TCK")
 
@@ -104,15 +116,24 @@ def main() -> None:
     a = ap.parse_args()
     ours = [trial([DIAGNOSE, "watch"], b"distributed init", b"failed") for _ in range(a.trials)]
     if shutil.which("tail") and shutil.which("grep"):
-        ref = [trial(["tail -n +1 -F {path} | grep --line-buffered 'CUDA out of memory'"], None, b"CUDA out of memory",
-                     shell=True) for _ in range(a.trials)]
+        ref = [
+            trial(
+                ["tail -n +1 -F {path} | grep --line-buffered 'CUDA out of memory'"],
+                None,
+                b"CUDA out of memory",
+                shell=True,
+            )
+            for _ in range(a.trials)
+        ]
     else:
         ref = []
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     print(f"{'':32s} {'p50 ms':>8s} {'p95 ms':>8s}")
     print(f"{'diagnose watch':32s} {1000 * statistics.median(ours):8.1f} {1000 * pct(ours, 0.95):8.1f}")
     if ref:
-        print(f"{'tail -F | grep --line-buffered':32s} {1000 * statistics.median(ref):8.1f} {1000 * pct(ref, 0.95):8.1f}")
+        print(
+            f"{'tail -F | grep --line-buffered':32s} {1000 * statistics.median(ref):8.1f} {1000 * pct(ref, 0.95):8.1f}"
+        )
     if a.idle > 0:
         print(f"idle CPU of diagnose watch over {a.idle:.0f} s of silence: {idle_cpu(a.idle):.2f} %")
 

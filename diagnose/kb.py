@@ -31,6 +31,7 @@ from .rules import builtin_rules_dir
 
 ID_RE = re.compile(r"^KB-\d{4,}$")
 MATCH_THRESHOLD = 0.5
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STARTER_DISCOUNT = 0.9  # your own incidents rank above the starter set
 REQUIRED = ("id", "title", "date", "symptom", "root_cause")
 KNOWN_KEYS = {
@@ -223,7 +224,7 @@ class KnowledgeBase:
             for p in sorted(d.glob("*.y*ml")):
                 try:
                     with open(p, encoding="utf-8") as f:
-                        data = validate(yaml.safe_load(f), p)
+                        data = validate(yaml.load(f, Loader=_LOADER), p)
                 except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
                     kb.problems.append(f"{p}: cannot read: {getattr(e, 'problem', None) or e}")
                     continue

@@ -119,6 +119,8 @@ class Scanner:
         self._index_needles: list[str] = []
         self._observe_live: list[str] = []
         self._want_progress = False
+        self._blocks = 0  # blocks fed so far
+        self._builds = 0
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
@@ -189,7 +191,9 @@ class Scanner:
             n for n in self._observe_only if any(id(h) not in self._retired for h in self._by_needle[n])
         ]
         self._index_needles = live
-        self._index = make_index([n.encode("utf-8") for n in live])
+        self._builds += 1
+        # the first blocks retire markers quickly: cheap-to-build automata until that settles
+        self._index = make_index([n.encode("utf-8") for n in live], fast_build=self._blocks < 2)
         self._index_dirty = False
 
     def retire(self, handler: Any) -> None:
@@ -211,7 +215,8 @@ class Scanner:
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
-        if self._index_dirty:
+        self._blocks += 1
+        if self._index_dirty or self._blocks == 2:  # from the second block on: the fast-scanning DFA
             self._build_index()
         base = self.lineno  # lines before this block
         n = len(block)

@@ -24,15 +24,16 @@ class NeedleIndex(Protocol):
 class AhoCorasickIndex:
     name = "aho-corasick"
 
-    def __init__(self, needles: Sequence[bytes]):
+    def __init__(self, needles: Sequence[bytes], fast_build: bool = False):
         import ahocorasick_rs
 
-        self._lens = [len(n) for n in needles]
-        # a DFA: ~1.6× faster scanning than the default NFA for our few hundred needles
+        impl = ahocorasick_rs.Implementation
+        # A DFA scans ~1.6× faster than an NFA but takes ~8× longer to build (3.7 vs 0.45 ms for
+        # our needles): NFAs while the needle set still changes at startup, a DFA for the long haul.
         self._ac = ahocorasick_rs.BytesAhoCorasick(
             list(needles),
             matchkind=ahocorasick_rs.MatchKind.Standard,
-            implementation=ahocorasick_rs.Implementation.DFA,
+            implementation=impl.ContiguousNFA if fast_build else impl.DFA,
         )
 
     def find(self, block: bytes) -> list[tuple[int, int]]:
@@ -59,13 +60,13 @@ class FindIndex:
         return out
 
 
-def make_index(needles: Sequence[bytes]) -> NeedleIndex:
+def make_index(needles: Sequence[bytes], fast_build: bool = False) -> NeedleIndex:
     """The fastest index available here; DIAGNOSE_PURE=1 forces the pure one."""
     if not needles:
         return FindIndex([])
     if os.environ.get("DIAGNOSE_PURE") != "1":
         try:
-            return AhoCorasickIndex(needles)
+            return AhoCorasickIndex(needles, fast_build)
         except ImportError:
             pass
     return FindIndex(needles)
