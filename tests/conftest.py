@@ -45,3 +45,4 @@ def pytest_configure(config):
     os.environ.setdefault("NO_COLOR", "1")
     # hermetic: never read or write the developer's own incident store
     os.environ["DIAGNOSE_KB"] = tempfile.mkdtemp(prefix="diagnose-kb-")
+    os.environ["DIAGNOSE_CACHE"] = tempfile.mkdtemp(prefix="diagnose-cache-")
