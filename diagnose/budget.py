@@ -9,8 +9,8 @@ allocate (engine-messages.md §6).
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -444,93 +444,60 @@ def plan(
     util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
     length = int(max_model_len or s.max_position or 4096)
     batched = max_num_batched_tokens or (8192 if gpu_total_gib >= 70 else 2048)
+    base = Plan(
+        s, gpus, gpu_total_gib, used_gib, tp or 1, pp, util, length, max_num_seqs, batched, kv_dtype, engine
+    )
     candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
-    chosen: Plan | None = None
+    chosen = base
     for t in candidates:
-        p = _evaluate(
-            s, gpus, gpu_total_gib, used_gib, t, pp, util, length, max_num_seqs, batched, kv_dtype, engine
-        )
-        chosen = p
-        if p.fits:
+        chosen = _variant(base, tp=t)
+        if chosen.fits:
             break
-    assert chosen is not None
     if not chosen.fits:
-        chosen.what_would = _what_would(
-            s,
-            chosen,
-            gpus,
-            gpu_total_gib,
-            used_gib,
-            pp,
-            util,
-            length,
-            max_num_seqs,
-            batched,
-            kv_dtype,
-            engine,
-        )
+        chosen.what_would = _what_would(chosen)
     return chosen
 
 
-def _what_would(
-    s: ModelShape,
-    p: Plan,
-    gpus: int,
-    total: float,
-    used: float,
-    pp: int,
-    util: float,
-    length: int,
-    seqs: int,
-    batched: int,
-    kv_dtype: str,
-    engine: str,
-) -> list[str]:
+def _what_would(p: Plan) -> list[str]:
     """When nothing fits: the nearest launches that would."""
-    import dataclasses
-
+    s = p.shape
     out: list[str] = []
-    if p.kv_tokens >= 1024 and p.weights_gib_per_gpu < total * util:
+    if p.kv_tokens >= 1024 and p.weights_gib_per_gpu < p.gpu_total_gib * p.util:
         out.append(f"a shorter context: --max-model-len {p.kv_tokens // 1024 * 1024} at tp={p.tp}")
-    if kv_dtype in ("auto", "") and not s.mla:
-        q = _evaluate(s, gpus, total, used, p.tp, pp, util, length, seqs, batched, "fp8", engine)
+    if p.kv_dtype in ("auto", "") and not s.mla:
+        q = _variant(p, kv_dtype="fp8")
         if q.fits:
             out.append(f"an fp8 KV cache (--kv-cache-dtype fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
+    valid_tps = [t for t in range(1, max(1, p.gpus // p.pp) + 1) if s.heads % t == 0]
     if s.quant is None:
-        found = False
-        for method in ("fp8", "int4"):
-            qs = dataclasses.replace(s, quant=method)
-            for t in [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]:
-                q = _evaluate(qs, gpus, total, used, t, pp, util, length, seqs, batched, kv_dtype, engine)
-                if q.fits:
-                    out.append(f"{method} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={t}")
-                    found = True
-                    break
-            if found:
-                break
-    for t in [t for t in range(gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
-        q = _evaluate(s, t * pp, total, used, t, pp, util, length, seqs, batched, kv_dtype, engine)
+        fitting = (
+            q
+            for method in ("fp8", "int4")
+            for t in valid_tps
+            if (q := _variant(p, shape=dataclasses.replace(s, quant=method), tp=t)).fits
+        )
+        q = next(fitting, None)
+        if q is not None:
+            out.append(f"{q.shape.quant} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={q.tp}")
+    for t in [t for t in range(p.gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
+        q = _variant(p, tp=t, gpus=t * p.pp)
         if q.fits:
-            out.append(f"more GPUs: tp={t} on {t * pp} GPUs of {total:g} GiB")
+            out.append(f"more GPUs: tp={t} on {t * p.pp} GPUs of {p.gpu_total_gib:g} GiB")
             break
     return out
 
 
-def _evaluate(
-    s: ModelShape,
-    gpus: int,
-    total: float,
-    used: float,
-    tp: int,
-    pp: int,
-    util: float,
-    length: int,
-    seqs: int,
-    batched: int,
-    kv_dtype: str,
-    engine: str,
-) -> Plan:
-    p = Plan(s, gpus, total, used, tp, pp, util, length, seqs, batched, kv_dtype, engine)
+def _variant(p: Plan, **inputs: Any) -> Plan:
+    """The same scenario with some inputs changed, evaluated afresh."""
+    return _evaluate(dataclasses.replace(p, **inputs))
+
+
+def _evaluate(p: Plan) -> Plan:
+    """Fill the computed fields of a plan from its inputs."""
+    s, gpus, total, used, tp, pp = p.shape, p.gpus, p.gpu_total_gib, p.used_gib, p.tp, p.pp
+    util, length, seqs, batched = p.util, p.max_model_len, p.max_num_seqs, p.max_num_batched_tokens
+    kv_dtype, engine = p.kv_dtype, p.engine
+    p.reasons, p.assumptions, p.what_would = [], [], []
     shards = tp * pp
     p.weights_gib_per_gpu = weight_bytes(s) / shards / GIB
     p.activation_gib = activation_gib(s, batched, seqs, tp) if engine != "sglang" else 0.0
@@ -623,6 +590,3 @@ def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
         return None
     return int(m.group(1)), float(m.group(2))
 
-
-def gib_round(x: float) -> float:
-    return math.floor(x * 100) / 100

@@ -20,6 +20,7 @@ from .rules import (
     _load_yaml,
     _read,
     builtin_rules_dir,
+    compile_pattern,
     file_digest,
     remember_valid,
     rule_files,
@@ -99,12 +100,7 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool =
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(path, label, "pattern", "missing")
-    compiled = None
-    if not trusted:
-        try:
-            compiled = regex.compile(pattern)
-        except regex.error as e:
-            raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    compiled = compile_pattern(pattern, path, label, trusted)
     examples = raw.get("examples")
     if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
         raise RuleError(path, label, "examples", "must be a non-empty list of log lines")

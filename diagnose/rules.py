@@ -149,6 +149,16 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
+def compile_pattern(pattern: str, path: str, label: str, trusted: bool) -> Any:
+    """The compiled pattern, or None when a validated file lets it compile on first use."""
+    if trusted:
+        return None
+    try:
+        return regex.compile(pattern)
+    except regex.error as e:
+        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+
+
 def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
     """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
     if not isinstance(raw, dict):
@@ -202,12 +212,7 @@ def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
     )
     pattern = raw["pattern"]
     _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
-    compiled = None
-    if not trusted:
-        try:
-            compiled = regex.compile(pattern)
-        except regex.error as e:
-            raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+    compiled = compile_pattern(pattern, path, label, trusted)
     title = raw["title"]
     _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
     ex = raw["examples"]
