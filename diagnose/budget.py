@@ -589,4 +589,3 @@ def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
     if not m:
         return None
     return int(m.group(1)), float(m.group(2))
-

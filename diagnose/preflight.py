@@ -173,35 +173,28 @@ def preflight(
             launch["max_model_len"],
         )
     if shape is not None and total_gib is not None:
-        p = plan(
-            shape,
-            max(gpus or tp * pp, tp * pp),
-            total_gib,
-            used_gib,
-            tp,
-            pp,
-            util,
-            launch.get("max_model_len"),
-            int(launch.get("max_num_seqs") or 256),
-            None,
-            str(launch.get("kv_cache_dtype") or "auto"),
-            "sglang" if engine == "sglang" else "vllm",
-        )
-        budget = total_gib * util - used_gib
-        if p.weights_gib_per_gpu > budget - p.activation_gib - p.overhead_gib:
-            better = plan(
+        run_engine = "sglang" if engine == "sglang" else "vllm"
+
+        def plan_at(tp_size: int | None, gpu_count: int) -> Any:
+            return plan(
                 shape,
-                gpus or tp * pp,
+                gpu_count,
                 total_gib,
                 used_gib,
-                None,
+                tp_size,
                 pp,
                 util,
                 launch.get("max_model_len"),
                 int(launch.get("max_num_seqs") or 256),
                 None,
                 str(launch.get("kv_cache_dtype") or "auto"),
+                run_engine,
             )
+
+        p = plan_at(tp, max(gpus or tp * pp, tp * pp))
+        budget = total_gib * util - used_gib
+        if p.weights_gib_per_gpu > budget - p.activation_gib - p.overhead_gib:
+            better = plan_at(None, gpus or tp * pp)
             if better.fits and better.tp != tp:
                 problem(
                     "tensor_parallel_size",
