@@ -339,10 +339,15 @@ def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | Non
     )
 
 
+# Findings that do not make a running server degraded: a rejected request is the client's,
+# and an exception the server carried on after is noise until it repeats into a failure.
+NOT_DEGRADING = {"request", "unknown_error"}
+
+
 def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
     if any(f.severity == "fatal" for f in findings):
         return "failed"
-    if findings:
+    if any(f.cls not in NOT_DEGRADING for f in findings):
         return "degraded"
     if any(m.phase in ("ready", "serving") for m in timeline):
         return "ready"

@@ -77,7 +77,7 @@ def test_stalled_phase_is_a_hang(cli, tmp_path):
     )  # stops inside distributed init
     try:
         p = subprocess.run(
-            [*cli, "watch", str(log), "--json", "--budget", "1.5", "--timeout", "60"],
+            [*cli, "watch", str(log), "--json", "--budget", "distributed_init=1.5", "--timeout", "60"],
             capture_output=True,
             timeout=90,
             cwd=ROOT,
