@@ -1,4 +1,4 @@
-"""Launch parameters from the argument dumps engines print, parsed with a pyparsing grammar.
+"""Launch parameters from the argument dumps engines print: Python literals when they are, a pyparsing grammar otherwise.
 
 vLLM prints `args: Namespace(…)` (V0) or `non-default args: {…}` (V1) and a
 `with config: model=…, tensor_parallel_size=…` line; SGLang `server_args=ServerArgs(…)`
@@ -114,8 +114,41 @@ def _unwrap(v: Any) -> Any:
     return v
 
 
+def parse_literal(kind: str, text: str) -> dict[str, Any] | None:
+    """Fast path for dumps that are plain Python literals (most `non-default args: {…}` and
+    many `Namespace(…)` lines): Python's own parser reads them in microseconds, where
+    importing pyparsing and building the grammar costs tens of milliseconds of cold start.
+    None means "not a plain literal": the grammar decides."""
+    import ast
+
+    if kind not in ("python_dict", "python_call", "python_kwargs"):
+        return None
+    src = f"_({text})" if kind == "python_kwargs" else text
+    try:
+        node = ast.parse(src, mode="eval").body
+        if kind == "python_dict" and isinstance(node, ast.Dict):
+            value = ast.literal_eval(node)
+            return {str(k): v for k, v in value.items()}
+        if kind != "python_dict" and isinstance(node, ast.Call) and not node.args:
+            if any(kw.arg is None for kw in node.keywords):
+                return None
+            return {str(kw.arg): ast.literal_eval(kw.value) for kw in node.keywords}
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return None
+    return None
+
+
 def parse_repr(kind: str, text: str) -> dict[str, Any]:
     """Parse one dump into a flat mapping of top-level keys. Unparseable text gives {}."""
+    text = text.strip()
+    fast = parse_literal(kind, text)
+    if fast is not None:
+        return fast
+    return parse_with_grammar(kind, text)
+
+
+def parse_with_grammar(kind: str, text: str) -> dict[str, Any]:
+    """The pyparsing path: Rust debug dumps, enum reprs, bare words, truncated lines."""
     import pyparsing as pp
 
     g = _grammar()

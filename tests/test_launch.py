@@ -1,4 +1,4 @@
-"""Launch parameters from real argument dumps (pyparsing grammar)."""
+"""Launch parameters from real argument dumps (Python literal fast path, pyparsing grammar)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,53 @@ def test_real_v0_namespace_dump(know):
     )
     assert d.launch["tensor_parallel_size"] == 4 and d.launch["gpu_memory_utilization"] == 0.9
     assert d.launch["model"] == "Qwen/Qwen2.5-32B-Instruct" and d.launch["port"] == 8000
+
+
+def _launch_dumps(know) -> list[tuple[str, str]]:
+    """Every argument dump we can find: the engine profiles' examples, the fixture logs and,
+    when present, the real-log corpus."""
+    from pathlib import Path
+
+    markers = [m for m in know.profiles.markers if m.what == "launch"]
+    texts = [ex for m in markers for ex in m.examples]
+    logs = sorted((Path(__file__).parent.parent / "fixtures").glob("*.log"))
+    if REAL_LOGS.is_dir():
+        logs += sorted(REAL_LOGS.glob("*/log.txt"))
+    for log in logs:
+        with log.open(encoding="utf-8", errors="replace") as fh:
+            texts += [ln for ln in fh if any(n in ln for m in markers for n in m.needles)]
+    out = []
+    for text in texts:
+        for m in markers:
+            found = m.search(text)
+            if found and m.kind in ("python_dict", "python_call", "python_kwargs"):
+                out.append((m.kind, found.group("repr").strip()))
+    return out
+
+
+def test_literal_fast_path_agrees_with_the_grammar(know):
+    from diagnose.launch import parse_literal, parse_with_grammar
+
+    dumps = _launch_dumps(know)
+    assert len(dumps) >= 8
+    fast = 0
+    for kind, text in dumps:
+        lit = parse_literal(kind, text)
+        if lit is not None:
+            fast += 1
+            assert lit == parse_with_grammar(kind, text), text[:200]
+    assert fast >= 3  # the fast path is taken for the plain literal dumps
+
+
+def test_literal_fast_path_declines_what_only_the_grammar_reads():
+    from diagnose.launch import parse_literal
+
+    assert parse_literal("python_call", "Namespace(a=1, f=<function serve at 0x7f>)") is None
+    assert parse_literal("python_kwargs", "model=m, served_model_name=org/model, seed=0") is None
+    assert parse_literal("python_dict", "{'a': 1") is None  # truncated line
+    assert parse_literal("rust_debug", "Args { a: 1 }") is None
+    assert parse_literal("python_call", "Namespace(**kw)") is None
+    assert parse_literal("python_dict", "{'tp': 2, 'cfg': {'x': [1, 2.5]}}") == {
+        "tp": 2,
+        "cfg": {"x": [1, 2.5]},
+    }
