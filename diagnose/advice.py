@@ -777,7 +777,24 @@ def advise(
         device=device,
         shape=shape,
     )
-    return Advisor(ctx).run()
+    return _declared_first(Advisor(ctx).run(), engine, profiles)
+
+
+def _declared_first(changes: list[Change], engine: str, profiles: Profiles) -> list[Change]:
+    """A log no engine claims is read with the generic profile: the seed guides' engine, whose
+    config has only a few keys. Changes to the keys it declares come first; the others keep
+    vLLM's spelling as a best guess, come after, and say so."""
+    if engine != "generic":
+        return changes
+    declared = profiles.get("generic").flags
+
+    def known(c: Change) -> bool:
+        return c.param in declared or c.param.startswith(("env:", "action:")) or c.param == "shm_size"
+
+    guessed = [c for c in changes if not known(c)]
+    for c in guessed:
+        c.why += " (a vLLM-style flag: skip it if your engine has no such setting)"
+    return [c for c in changes if known(c)] + guessed
 
 
 # Phases where a log that simply stops is, far more often than not, a stall worth acting on.
