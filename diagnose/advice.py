@@ -445,6 +445,9 @@ class Advisor:
         elif f.cls == "gpu_busy" and free is not None and total:
             why = f"only {free} of {total} GiB are free: another process holds the rest"
         elif free is not None and total:
+            own, tot, fr = _as_float(f.facts.get("process_gib")), _as_float(total), _as_float(free)
+            if own is not None and tot and fr is not None and tot - fr - own < max(0.5, 0.02 * tot):
+                return  # the failing process itself holds what is used: nobody else to stop
             why = f"only {free} of {total} GiB were free; make sure no other process shares this GPU"
         else:
             why = "another process holds memory on this GPU"

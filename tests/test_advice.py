@@ -111,3 +111,15 @@ def test_generic_engine_gets_its_own_keys_first(know, phase):
         assert k or (c.flag.startswith("--") and "skip it if your engine" in c.why)
     vllm = advise(f, "vllm", launch, know.profiles)
     assert all("skip it if your engine" not in c.why for c in vllm)
+
+
+def test_no_other_process_to_stop_when_the_failing_one_holds_the_memory(know):
+    # "GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch
+    # memory, this process has 78.16 GiB memory in use": nobody else is on the GPU
+    alone = _f("oom", total_gib=79.19, free_gib=1.02, process_gib=78.16, self_listed=True)
+    alone.oom_phase = "load"
+    assert "action:free_gpu" not in [c.param for c in advise(alone, "vllm", {}, know.profiles)]
+    # the same GPU with 30 GiB unaccounted for by this process: someone else holds it
+    shared = _f("oom", total_gib=79.19, free_gib=1.02, process_gib=48.16, self_listed=True)
+    shared.oom_phase = "load"
+    assert "action:free_gpu" in [c.param for c in advise(shared, "vllm", {}, know.profiles)]
