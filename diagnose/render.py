@@ -55,6 +55,9 @@ def describe(f: Finding) -> str:
             "startup": "during startup (after the weights loaded)",
             "runtime": "while serving",
         }[f.oom_phase]
+        if f.phase_inferred == "default":  # read from nothing: say it is a guess, up front
+            short = {"load": "loading weights", "startup": "startup", "runtime": "serving"}[f.oom_phase]
+            when = f"phase not in the log (assumed {short})"
         s += f" — {when}"
     return s
 

@@ -167,3 +167,13 @@ def test_color_only_on_a_terminal(cli):
     assert "\x1b[" in p.stdout.decode()
     p = run([*cli, "scan", str(KV_LOG)], env={"NO_COLOR": "1", "FORCE_COLOR": ""})
     assert "\x1b[" not in p.stdout.decode()
+
+
+def test_a_guessed_oom_phase_is_said_to_be_a_guess(cli):
+    # a lone PyTorch OOM line (no phase markers, no stack): the headline must not claim a phase
+    line = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.68 GiB of which 1.50 GiB is free.\n"
+    p = run([*cli, "scan", "-"], stdin=line)
+    head = p.stdout.decode().splitlines()[0]
+    assert p.returncode == 1 and "phase not in the log (assumed startup)" in head, head
+    p = run([*cli, "scan", "-", "--json"], stdin=line)
+    assert json.loads(p.stdout)["primary"]["oom_phase_from"] == "default"
