@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,12 @@ FIXTURES = ROOT / "fixtures"
 SHARED = ROOT.parent / "shared"
 REAL_LOGS = SHARED / "real-logs"
 REFERENCE = SHARED / "reference"
+
+
+def run(cmd, stdin=None, env=None, **kw) -> subprocess.CompletedProcess[bytes]:
+    """Run a command from the project root as a user would, capturing output; env adds to os.environ."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, input=stdin, capture_output=True, env=e, timeout=60, cwd=ROOT, **kw)
 
 
 @pytest.fixture(scope="session")

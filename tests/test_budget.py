@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 import yaml
@@ -21,7 +20,7 @@ from diagnose.budget import (
 )
 from diagnose.preflight import parse_launch
 
-from .conftest import FIXTURES, REAL_LOGS, REFERENCE, ROOT
+from .conftest import FIXTURES, REAL_LOGS, REFERENCE, run
 
 CONFIGS = FIXTURES / "configs"
 PUBLISHED = yaml.safe_load((CONFIGS / "published.yaml").read_text())
@@ -168,12 +167,12 @@ def test_parse_gpus_spec_and_launch():
     assert eng == "sglang" and launch["tensor_parallel_size"] == 2 and launch["gpu_memory_utilization"] == 0.8
 
 
-def run(cli, *args):
-    return subprocess.run([*cli, *args], capture_output=True, timeout=60, cwd=ROOT)
+def run_cli(cli, *args):
+    return run([*cli, *args])
 
 
 def test_plan_cli_json(cli):
-    p = run(
+    p = run_cli(
         cli,
         "plan",
         "--config",
@@ -196,7 +195,7 @@ def test_plan_cli_json(cli):
         "launch",
     } <= set(doc)
     assert doc["kv_bytes_per_token"] == 131072 and doc["launch"].startswith("vllm serve")
-    p = run(
+    p = run_cli(
         cli,
         "plan",
         "--config",
@@ -207,7 +206,7 @@ def test_plan_cli_json(cli):
         "generic",
     )
     assert p.returncode == 0 and "tensor_parallel_size: 1" in p.stdout.decode()
-    p = run(
+    p = run_cli(
         cli,
         "plan",
         "--config",
@@ -224,7 +223,7 @@ def test_check_cli(cli, tmp_path):
     model = tmp_path / "llama8b"
     model.mkdir()
     (model / "config.json").write_text((CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json").read_text())
-    p = run(
+    p = run_cli(
         cli,
         "check",
         "--gpus",
@@ -245,17 +244,17 @@ def test_check_cli(cli, tmp_path):
     assert params.count("tensor_parallel_size") >= 1 and "max_model_len" in params
     first = doc["problems"][0]["change"]
     assert first["flag"] == "--tensor-parallel-size" and first["to"] == "2"
-    p = run(cli, "check", "--gpus", "1x80", "--", "vllm", "serve", str(model), "--max-model-len", "8192")
+    p = run_cli(cli, "check", "--gpus", "1x80", "--", "vllm", "serve", str(model), "--max-model-len", "8192")
     assert p.returncode == 0 and "can work" in p.stdout.decode()
     cfg = tmp_path / "deepinfer.yaml"
     cfg.write_text("tensor_parallel_size: 4\ngpu_memory_utilization: 0.9\nmax_concurrent_requests: 32\n")
-    p = run(cli, "check", "--gpus", "2x24", "--json", "--", str(cfg))
+    p = run_cli(cli, "check", "--gpus", "2x24", "--json", "--", str(cfg))
     doc = json.loads(p.stdout)
     assert doc["engine"] == "generic" and doc["problems"][0]["change"]["flag"] == "tensor_parallel_size"
 
 
 def test_scan_with_config_joins_the_budget(cli):
-    p = run(
+    p = run_cli(
         cli,
         "scan",
         "--json",

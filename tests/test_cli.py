@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, run
 
 KV_LOG = FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log"
 HEALTHY = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
-
-
-def run(cmd, stdin=None, env=None, **kw):
-    e = {**os.environ, **(env or {})}
-    return subprocess.run(cmd, input=stdin, capture_output=True, env=e, timeout=60, cwd=ROOT, **kw)
 
 
 def test_scan_text_report(cli):

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from diagnose.device import DeviceError, apply_visible_devices, parse_apps_csv, parse_nvidia_smi
 
-from .conftest import FIXTURES, REFERENCE, ROOT
+from .conftest import FIXTURES, REFERENCE, ROOT, run
 
 SMI = FIXTURES / "nvidia-smi"
 EXPECT = yaml.safe_load((SMI / "expect.yaml").read_text())
@@ -128,10 +128,6 @@ def test_fuzz_truncated_real_outputs(cut_at, drop):
         text = text[:cut_at] + text[cut_at + drop :]
         with contextlib.suppress(DeviceError):
             parse_nvidia_smi(text)
-
-
-def run(cmd, stdin=None):
-    return subprocess.run(cmd, input=stdin, capture_output=True, cwd=ROOT, timeout=60)
 
 
 def test_device_command(cli):

@@ -12,20 +12,19 @@ import yaml
 from diagnose.kb import KnowledgeBase, add_incident, incident_from, redact, template
 from diagnose.pipeline import scan_paths
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, run
 
 LOGS = FIXTURES / "logs"
 
 
-def run(cli, *args, store, stdin=None):
-    env = {**os.environ, "DIAGNOSE_KB": str(store)}
-    return subprocess.run([*cli, *args], capture_output=True, env=env, cwd=ROOT, timeout=60, input=stdin)
+def kb_run(cli, *args, store, stdin=None):
+    return run([*cli, *args], stdin=stdin, env={"DIAGNOSE_KB": str(store)})
 
 
 def test_round_trip_add_list_show_scan(cli, tmp_path):
     store = tmp_path / "kb"
     log = LOGS / "vllm" / "oom-load-v1-tp2.log"
-    p = run(
+    p = kb_run(
         cli,
         "kb",
         "add",
@@ -40,7 +39,7 @@ def test_round_trip_add_list_show_scan(cli, tmp_path):
         store=store,
     )
     assert p.returncode == 0 and b"added KB-0001" in p.stdout
-    listed = json.loads(run(cli, "kb", "list", "--json", store=store).stdout)
+    listed = json.loads(kb_run(cli, "kb", "list", "--json", store=store).stdout)
     mine = [r for r in listed if not r["starter"]]
     assert mine == [
         {
@@ -51,12 +50,12 @@ def test_round_trip_add_list_show_scan(cli, tmp_path):
             "starter": False,
         }
     ]
-    shown = yaml.safe_load(run(cli, "kb", "show", "KB-0001", store=store).stdout)
+    shown = yaml.safe_load(kb_run(cli, "kb", "show", "KB-0001", store=store).stdout)
     assert shown["root_cause"] == "70B in bf16 on 2×80 GB" and shown["symptom"]["oom_phase"] == "load"
-    doc = json.loads(run(cli, "scan", "--json", str(log), store=store).stdout)
+    doc = json.loads(kb_run(cli, "scan", "--json", str(log), store=store).stdout)
     assert doc["kb"][0]["id"] == "KB-0001" and doc["kb"][0]["score"] == 1.0
     assert {"id", "score", "title", "root_cause", "fix"} <= set(doc["kb"][0])
-    text = run(cli, "scan", str(log), store=store).stdout.decode()
+    text = kb_run(cli, "scan", str(log), store=store).stdout.decode()
     assert "seen before  KB-0001" in text and "fixed by --tensor-parallel-size 4" in text
 
 
@@ -111,7 +110,7 @@ def test_each_secret_kind_is_redacted(secret, kind):
 
 def test_redaction_is_reported_by_kb_add(cli, tmp_path):
     store = tmp_path / "kb"
-    p = run(
+    p = kb_run(
         cli,
         "kb",
         "add",
@@ -154,7 +153,7 @@ def test_corrupted_incident_among_good_ones(cli, tmp_path, know):
     assert [i.id for i in base.incidents] == ["KB-0001"]
     assert any("KB-0002.yaml: field 'date'" in p for p in base.problems)
     assert any("KB-0003.yaml" in p for p in base.problems)
-    p = run(cli, "scan", str(LOGS / "vllm" / "gpu-busy-v1.log"), store=store)
+    p = kb_run(cli, "scan", str(LOGS / "vllm" / "gpu-busy-v1.log"), store=store)
     assert (
         p.returncode == 1
         and b"seen before  KB-0001" in p.stdout
@@ -168,14 +167,14 @@ def test_export_import_round_trip(cli, tmp_path, know):
         d = scan_paths([str(LOGS / "vllm" / f"{name}.log")], know)
         add_incident(src, incident_from(d, f"cause of {name}", [], []))
     bundle = tmp_path / "bundle.yaml"
-    assert run(cli, "kb", "export", "--out", str(bundle), store=src).returncode == 0
+    assert kb_run(cli, "kb", "export", "--out", str(bundle), store=src).returncode == 0
     assert len([d for d in yaml.safe_load_all(bundle.read_text()) if d]) == 2
-    p = run(cli, "kb", "import", str(bundle), store=dst)
+    p = kb_run(cli, "kb", "import", str(bundle), store=dst)
     assert p.returncode == 0 and sorted(f.name for f in dst.glob("KB-*.yaml")) == [
         "KB-0001.yaml",
         "KB-0002.yaml",
     ]
-    assert run(cli, "kb", "search", "cause of gpu-busy", store=dst).stdout.startswith(b"KB-0001")
+    assert kb_run(cli, "kb", "search", "cause of gpu-busy", store=dst).stdout.startswith(b"KB-0001")
 
 
 def test_starter_set_is_valid_and_recognises_the_seed_failures(know):
@@ -189,9 +188,9 @@ def test_kb_add_from_scan_report(cli, tmp_path):
     store = tmp_path / "kb"
     report = tmp_path / "r.json"
     report.write_bytes(
-        run(cli, "scan", "--json", str(LOGS / "sglang" / "tp-not-divisible.log"), store=store).stdout
+        kb_run(cli, "scan", "--json", str(LOGS / "sglang" / "tp-not-divisible.log"), store=store).stdout
     )
-    p = run(
+    p = kb_run(
         cli, "kb", "add", "--from-scan", str(report), "--root-cause", "vision tower has 16 heads", store=store
     )
     assert p.returncode == 0
@@ -199,5 +198,5 @@ def test_kb_add_from_scan_report(cli, tmp_path):
     assert data["symptom"]["classes"] == ["tp_mismatch"] and data["fix"][0]["param"] == "tensor_parallel_size"
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    p = run(cli, "kb", "add", "--from-scan", str(bad), "--root-cause", "x", store=store)
+    p = kb_run(cli, "kb", "add", "--from-scan", str(bad), "--root-cause", "x", store=store)
     assert p.returncode == 2 and b"schema-1" in p.stderr

@@ -95,19 +95,25 @@ def test_missing_field_is_named():
         parse_rule(raw, "f.yaml", 0)
 
 
+# A valid user rule (as a user's rule file holds it), shared by the rule-directory tests.
+QUOTA_RULE_YAML = textwrap.dedent("""
+    - id: mine.ok
+      engines: [any]
+      class: request
+      severity: error
+      needles: ["quota exceeded"]
+      pattern: 'quota exceeded for (?P<user>\\w+)'
+      title: A user ran out of quota
+      examples:
+        match: ["ERROR quota exceeded for bob"]
+        no_match: ["INFO quota fine"]
+""")
+
+
 def test_broken_rule_among_good_ones_is_skipped_with_a_warning(tmp_path):
     (tmp_path / "mine.yaml").write_text(
-        textwrap.dedent("""
-        - id: mine.ok
-          engines: [any]
-          class: request
-          severity: error
-          needles: ["quota exceeded"]
-          pattern: 'quota exceeded for (?P<user>\\w+)'
-          title: A user ran out of quota
-          examples:
-            match: ["ERROR quota exceeded for bob"]
-            no_match: ["INFO quota fine"]
+        QUOTA_RULE_YAML
+        + textwrap.dedent("""
         - id: mine.broken
           engines: [any]
           class: request
@@ -161,18 +167,7 @@ def test_validation_cache_trusts_only_identical_files(tmp_path, monkeypatch):
     monkeypatch.setattr(rules_mod, "_known", None)
     d = tmp_path / "rules"
     d.mkdir()
-    good = textwrap.dedent("""
-        - id: mine.ok
-          engines: [any]
-          class: request
-          severity: error
-          needles: ["quota exceeded"]
-          pattern: 'quota exceeded for (?P<user>\\w+)'
-          title: A user ran out of quota
-          examples:
-            match: ["ERROR quota exceeded for bob"]
-            no_match: ["INFO quota fine"]
-    """)
+    good = QUOTA_RULE_YAML
     (d / "mine.yaml").write_text(good)
     first = load_rules([str(d)], include_builtin=False)
     assert first.problems == [] and first.rules[0].compiled is not None  # validated: compiled now
