@@ -148,11 +148,11 @@ def parse_repr(kind: str, text: str) -> dict[str, Any]:
 
 
 def parse_with_grammar(kind: str, text: str) -> dict[str, Any]:
-    """The pyparsing path: Rust debug dumps, enum reprs, bare words, truncated lines."""
+    """The pyparsing path: Rust debug dumps, enum reprs, bare words, truncated lines.
+    `text` comes stripped (parse_repr)."""
     import pyparsing as pp
 
     g = _grammar()
-    text = text.strip()
     try:
         if kind == "python_kwargs":
             # the text runs to the end of the line; take as many k=v pairs as parse
