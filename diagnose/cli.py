@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .entry import run_guarded
 from .errors import InputError
+from .scan_command import EXIT_FOUND, EXIT_OK, EXIT_USAGE, load_kb, load_knowledge, run_scan
 
 app = typer.Typer(
     help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",
@@ -26,11 +28,6 @@ app.add_typer(rules_app, name="rules")
 kb_app = typer.Typer(help="The knowledge base of past incidents.", no_args_is_help=True)
 app.add_typer(kb_app, name="kb")
 
-# Exit codes, in one place.
-EXIT_OK = 0  # ready / healthy / nothing wrong found
-EXIT_FOUND = 1  # a failure (or degradation) was found
-EXIT_USAGE = 2  # usage or input error
-
 
 class Format(StrEnum):
     text = "text"
@@ -40,14 +37,6 @@ class Format(StrEnum):
 
 def _console() -> Console:
     return Console(highlight=False, soft_wrap=True)
-
-
-def _err(msg: str) -> None:
-    print(f"diagnose: error: {msg}", file=sys.stderr)
-
-
-def _warn(msg: str) -> None:
-    print(f"diagnose: warning: {msg}", file=sys.stderr)
 
 
 RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
@@ -60,15 +49,6 @@ KbOpt = Annotated[
 EngineOpt = Annotated[
     str | None, typer.Option("--engine", help="Force the engine: vllm, sglang, tgi, generic.")
 ]
-
-
-def _knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
-    from .pipeline import Knowledge
-
-    know = Knowledge.load(rules)
-    for p in know.problems:
-        _warn(f"{p} (skipped)")
-    return know
 
 
 @app.command()
@@ -91,24 +71,15 @@ def scan(
     ] = None,
 ) -> None:
     """Read a server log and say what failed, when, and the next change to make."""
-    from .pipeline import scan_paths
-    from .render import render_json, render_markdown, render_text
-
+    # the same checks as scan_command.read_scan_argv, which hands these cases here
     if engine and engine not in ("vllm", "sglang", "tgi", "generic"):
         raise typer.BadParameter(f"unknown engine {engine!r}", param_hint="--engine")
     if not files and sys.stdin is not None and sys.stdin.isatty():
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    d = scan_paths(list(files or ["-"]), _knowledge(rules), engine, gpus=gpus, config=config)
-    d.kb = _kb_matches(d, kb)
-    if json_out or fmt is Format.json:
-        print(render_json(d))
-    elif fmt is Format.markdown:
-        print(render_markdown(d))
-    else:
-        render_text(d, _console(), show_all)
-    raise typer.Exit(EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK)
+    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config)
+    raise typer.Exit(rc)
 
 
 @app.command()
@@ -185,6 +156,7 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
     import time
 
     from .render import render_json, render_text
+    from .styled import print_styled
 
     d = verdict.diagnosis
     if json_out:
@@ -196,7 +168,7 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
             console.print(
                 Text("gave up waiting (--timeout): the server is not ready yet", style="bold yellow")
             )
-        render_text(d, console)
+        print_styled(render_text(d), console)
     if verdict.kind == "ready" or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
         return EXIT_OK
     return EXIT_FOUND
@@ -226,7 +198,7 @@ def watch(
     from .live import Verdict, make_progress
 
     session_cls, kwargs, rules = _live_setup(engine, rules, gpus, budget, follow)
-    session = session_cls(_knowledge(rules), file, **kwargs)
+    session = session_cls(load_knowledge(rules), file, **kwargs)
     console = _console()
     follower = Follower(file, session.feed, from_end=from_end, poll=poll)
     try:
@@ -276,7 +248,7 @@ def run(
     if not cmd:
         raise typer.BadParameter("give the server command after --, e.g. diagnose run -- vllm serve MODEL")
     session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
-    session = session_cls(_knowledge(rules), log or "server", **kwargs)
+    session = session_cls(load_knowledge(rules), log or "server", **kwargs)
     console = _console()
     verdict, child_rc, started = run_child(cmd, session, console, log, stop_on_failure, timeout, json_out)
     rc = _finish_live(verdict, json_out, console, started)
@@ -356,22 +328,6 @@ def probe(
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
 
 
-def _kb_matches(d, dirs: list[str] | None) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
-    """Past incidents like this diagnosis (a broken store never stops a scan)."""
-    if d.status not in ("failed", "degraded"):
-        return []
-    return _load_kb(dirs).match(d)
-
-
-def _load_kb(dirs: list[str] | None):  # type: ignore[no-untyped-def]
-    from .kb import KnowledgeBase, store_dirs
-
-    base = KnowledgeBase.load(store_dirs(dirs))
-    for p in base.problems:
-        _warn(f"{p} (skipped)")
-    return base
-
-
 @kb_app.command("add")
 def kb_add(
     from_scan: Annotated[str | None, typer.Option("--from-scan", help="A report from scan --json.")] = None,
@@ -407,7 +363,7 @@ def kb_add(
         except ValueError as e:
             raise InputError(f"{from_scan}: not JSON: {e}") from None
     else:
-        d = scan_paths([str(from_log)], _knowledge(None))
+        d = scan_paths([str(from_log)], load_knowledge(None))
     data = incident_from(d, root_cause or "", fix, path, title, tag)
     if editor:
         data = _edit_in_editor(data)
@@ -452,7 +408,7 @@ def kb_list(
     """Every incident: id, date, classes, title."""
     import json
 
-    base = _load_kb(kb)
+    base = load_kb(kb)
     rows = [
         {
             "id": i.id,
@@ -481,7 +437,7 @@ def kb_show(incident_id: Annotated[str, typer.Argument(help="KB-0001")], kb: KbO
     """One incident, whole."""
     import yaml
 
-    inc = _load_kb(kb).get(incident_id)
+    inc = load_kb(kb).get(incident_id)
     if inc is None:
         raise InputError(f"no incident {incident_id!r} (see `diagnose kb list`)")
     print(yaml.safe_dump(inc.data, sort_keys=False, allow_unicode=True, width=100), end="")
@@ -493,7 +449,7 @@ def kb_search(
     text: Annotated[str, typer.Argument(help="Words that must all appear.")], kb: KbOpt = None
 ) -> None:
     """Incidents whose text holds every word."""
-    hits = _load_kb(kb).search(text)
+    hits = load_kb(kb).search(text)
     for inc in hits:
         print(f"{inc.id}  {inc.data.get('date')}  {inc.title}")
     raise typer.Exit(EXIT_OK if hits else EXIT_FOUND)
@@ -513,7 +469,7 @@ def kb_export(
 
     from .kb import atomic_write
 
-    base = _load_kb(kb)
+    base = load_kb(kb)
     bundle = yaml.safe_dump_all(
         [i.data for i in base.incidents if not i.starter], sort_keys=False, allow_unicode=True
     )
@@ -671,7 +627,7 @@ def check(
             "give the launch command after --, e.g. diagnose check -- vllm serve MODEL -tp 8"
         )
     count, total, used, summary = _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information")
-    res = preflight(cmd, config, count, total, used, _knowledge(None).profiles)
+    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles)
     if json_out:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:
@@ -701,7 +657,7 @@ def check(
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
     """Every rule with its class, severity and engines."""
-    know = _knowledge(rules)
+    know = load_knowledge(rules)
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("id", "class", "severity", "engines", "title"):
         table.add_column(col, overflow="fold")
@@ -717,7 +673,7 @@ def rules_show(
     """What a rule catches, why it happens, a real example and the change it leads to."""
     from .engines import flag_for
 
-    know = _knowledge(rules)
+    know = load_knowledge(rules)
     r = know.rules.by_id(rule_id)
     if r is None:
         raise InputError(f"no rule {rule_id!r} (see `diagnose rules list`)")
@@ -762,7 +718,7 @@ def rules_test(
     from .pipeline import scan_sources
     from .rules import check_examples
 
-    know = _knowledge(rules)
+    know = load_knowledge(rules)
     c = _console()
     failed = 0
     for r in know.rules.rules:
@@ -812,30 +768,24 @@ def _root(ctx: typer.Context) -> None:
             raise typer.Exit(EXIT_USAGE)
 
 
-def main() -> None:
-    """Console-script entry: user errors are one line and exit 2, never a traceback."""
+def _run_app() -> int:
     try:
         rc = app(standalone_mode=False)
-        sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+        return rc if isinstance(rc, int) else EXIT_OK
     except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except InputError as e:
-        _err(str(e))
-        sys.exit(EXIT_USAGE)
-    except (typer.Abort, KeyboardInterrupt):
-        print("diagnose: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        # the reader went away (| head): not an error worth a traceback
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(EXIT_OK)
+        return int(e.exit_code)
+    except typer.Abort:
+        raise KeyboardInterrupt from None
+    except InputError:
+        raise
     except Exception as e:
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             # click's usage errors (typer vendors click in recent releases)
             e.show()
-            sys.exit(EXIT_USAGE)
-        if os.environ.get("DIAGNOSE_DEBUG"):
-            raise
-        _err(f"internal error: {type(e).__name__}: {e} (set DIAGNOSE_DEBUG=1 for the traceback)")
-        sys.exit(EXIT_USAGE)
+            return EXIT_USAGE
+        raise
+
+
+def main() -> None:
+    """The typer app, under the same error handling as the fast scan (see entry.py)."""
+    run_guarded(_run_app)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class InputError(Exception):
     """Bad input (file, stdin, rule, config). Exit code 2."""
@@ -23,3 +25,11 @@ class RuleError(InputError):
         if field:
             where += f": field '{field}'"
         super().__init__(f"{where}: {problem}")
+
+
+def say_error(msg: str) -> None:
+    print(f"diagnose: error: {msg}", file=sys.stderr)
+
+
+def say_warning(msg: str) -> None:
+    print(f"diagnose: warning: {msg}", file=sys.stderr)

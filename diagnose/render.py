@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.console import Console
-from rich.text import Text
-
 from .model import Diagnosis, Finding
+from .styled import StyledLines
 
 PHASE_LABEL = {
     "start": "start",
@@ -95,20 +93,19 @@ def _phase_inferred_text(f: Finding) -> str:
     }.get(f.phase_inferred or "", "")
 
 
-def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
+def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
+    """The diagnosis for people: verdict, evidence, timeline, next change, past incidents."""
+    out = StyledLines()
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
     eng = (
         d.engine.name
         + (f" {d.engine.version}" if d.engine.version else "")
         + (f" ({d.engine.variant})" if d.engine.variant else "")
     )
-    head = Text()
-    head.append(f"{mark} {verdict(d)}", style=style)
-    head.append(f"   [{eng}]", style="dim")
-    console.print(head)
+    out.add((f"{mark} {verdict(d)}", style), (f"   [{eng}]", "dim"))
     p = d.primary
     if p:
-        console.print()
+        out.blank()
         where = f"{p.source}:{p.line}" if p.line else p.source
         extra = []
         if p.ranks:
@@ -117,12 +114,8 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
             extra.append(p.time)
         if p.phase_at:
             extra.append(f"during {PHASE_LABEL.get(p.phase_at, p.phase_at)}")
-        console.print(
-            Text.assemble(
-                ("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim")
-            )
-        )
-        console.print(Text("    " + p.evidence[:400], style="bold"))
+        out.add(("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim"))
+        out.add("    " + p.evidence[:400], style="bold")
         info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
         if p.phase_inferred:
             info.append(_phase_inferred_text(p))
@@ -133,15 +126,15 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
         if p.count > 1:
             info.append(f"seen {p.count} times")
         for line in info:
-            console.print(Text("    " + line, style="dim"))
+            out.add("    " + line, style="dim")
     if d.device:
-        console.print()
-        console.print(Text.assemble(("  gpus      ", "bold"), d.device["summary"]))
+        out.blank()
+        out.add(("  gpus      ", "bold"), d.device["summary"])
         for w in d.device["warnings"]:
-            console.print(Text(f"    ! {w['text']}", style="yellow"))
+            out.add(f"    ! {w['text']}", style="yellow")
     if d.timeline:
-        console.print()
-        t = Text("  timeline  ", style="bold")
+        out.blank()
+        segs: list[str | tuple[str, str]] = [("  timeline  ", "bold")]
         marks: list[tuple[int, str, str]] = [
             (m.line, PHASE_LABEL.get(m.phase, m.phase), "") for m in d.timeline
         ]
@@ -149,66 +142,61 @@ def render_text(d: Diagnosis, console: Console, show_all: bool = False) -> None:
             marks.append((p.line, "✗", "red"))
         for i, (line, label, style) in enumerate(sorted(marks, key=lambda x: (x[0], x[1] == "✗"))):
             if i:
-                t.append(" → ", style="dim")
-            t.append(label, style=style)
-            t.append(f" {line}", style=style or "dim")
-        console.print(t)
+                segs.append((" → ", "dim"))
+            segs.append((label, style))
+            segs.append((f" {line}", style or "dim"))
+        out.add(*segs)
     if d.advice:
-        console.print()
+        out.blank()
         first = d.advice[0]
-        console.print(Text("  next change", style="bold"))
-        console.print(Text("    " + change_text(first), style="bold green"))
-        console.print(Text(f"    why     {first.why}"))
-        console.print(Text(f"    verify  {first.verify}", style="dim"))
+        out.add("  next change", style="bold")
+        out.add("    " + change_text(first), style="bold green")
+        out.add(f"    why     {first.why}")
+        out.add(f"    verify  {first.verify}", style="dim")
         if len(d.advice) > 1:
-            console.print(Text("  if that is not enough (one at a time)", style="bold"))
+            out.add("  if that is not enough (one at a time)", style="bold")
             for c in d.advice[1:4]:
-                console.print(Text.assemble(("    " + change_text(c), "green"), (f"  {c.why}", "dim")))
+                out.add(("    " + change_text(c), "green"), (f"  {c.why}", "dim"))
     for m in d.kb:
-        console.print()
+        out.blank()
         fixed = f" — fixed by {m['fix_text']}" if m.get("fix_text") else ""
-        console.print(
-            Text.assemble(
-                ("  seen before  ", "bold"),
-                (f"{m['id']} {m.get('date', '')}", "cyan"),
-                f", {m['title']}{fixed}",
-                (f"  (match {m['score']:.2f})", "dim"),
-            )
+        out.add(
+            ("  seen before  ", "bold"),
+            (f"{m['id']} {m.get('date', '')}", "cyan"),
+            f", {m['title']}{fixed}",
+            (f"  (match {m['score']:.2f})", "dim"),
         )
         if m.get("root_cause"):
-            console.print(Text(f"    root cause: {m['root_cause']}", style="dim"))
+            out.add(f"    root cause: {m['root_cause']}", style="dim")
     others = [f for f in d.findings if f is not p]
     if others:
-        console.print()
-        console.print(Text("  other findings", style="bold"))
+        out.blank()
+        out.add("  other findings", style="bold")
         for f in others[: None if show_all else 6]:
             r = f" ranks {ranks_text(f.ranks)}" if len(f.ranks) > 1 else ""
             tag = " (consequence)" if f.consequence else ""
-            console.print(
-                Text.assemble(
-                    (f"    {f.severity:<7} ", _sev_style(f.severity)),
-                    (f"{f.source}:{f.line}", "cyan"),
-                    f"  {describe(f)}{tag}",
-                    (r, "dim"),
-                )
+            out.add(
+                (f"    {f.severity:<7} ", _sev_style(f.severity)),
+                (f"{f.source}:{f.line}", "cyan"),
+                f"  {describe(f)}{tag}",
+                (r, "dim"),
             )
         if not show_all and len(others) > 6:
-            console.print(Text(f"    … {len(others) - 6} more (--all)", style="dim"))
+            out.add(f"    … {len(others) - 6} more (--all)", style="dim")
     if d.status == "incomplete" and d.last_phase:
         from .triage import HANG_WAITS_ON
 
         waits = HANG_WAITS_ON.get(d.last_phase)
         if waits:
-            console.print()
-            console.print(
-                Text(
-                    f"  if it stays in this phase, it usually waits on {waits};"
-                    " follow it live with `diagnose watch`",
-                    style="dim",
-                )
+            out.blank()
+            out.add(
+                f"  if it stays in this phase, it usually waits on {waits};"
+                " follow it live with `diagnose watch`",
+                style="dim",
             )
-    console.print()
-    console.print(Text(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim"))
+    out.blank()
+    out.add(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim")
+    return out
 
 
 def _sev_style(sev: str) -> str:

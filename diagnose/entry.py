@@ -1,0 +1,53 @@
+"""Process entry: routes argv and turns every failure into one line and an exit code.
+
+A plain `scan` runs straight from `scan_command` (no CLI framework imported: it is what
+pipes and health checks call, and it has to start fast); every other command goes through
+the typer app in `cli`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from .errors import InputError, say_error
+
+EXIT_USAGE = 2
+
+
+def run_guarded(command: Callable[[], int]) -> NoReturn:
+    """Run, exit with its code; user errors are one line and exit 2, never a traceback."""
+    try:
+        rc = command()
+    except InputError as e:
+        say_error(str(e))
+        rc = EXIT_USAGE
+    except KeyboardInterrupt:
+        print("diagnose: interrupted", file=sys.stderr)
+        rc = 130
+    except BrokenPipeError:
+        # the reader went away (| head): not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        rc = 0
+    except Exception as e:
+        if os.environ.get("DIAGNOSE_DEBUG"):
+            raise
+        say_error(f"internal error: {type(e).__name__}: {e} (set DIAGNOSE_DEBUG=1 for the traceback)")
+        rc = EXIT_USAGE
+    sys.exit(rc)
+
+
+def main() -> NoReturn:
+    argv = sys.argv[1:]
+    if argv[:1] == ["scan"]:
+        from .scan_command import read_scan_argv, run_scan
+
+        kw = read_scan_argv(argv[1:])
+        if kw is not None:
+            run_guarded(lambda: run_scan(**kw))
+    from .cli import main as full_cli
+
+    full_cli()

@@ -1,0 +1,122 @@
+"""`diagnose scan` without a CLI framework: its argv reader and its body.
+
+A plain scan is the command people pipe into and health checks call, so it must start fast:
+importing typer (and the pydantic it brings) costs ~100 ms, several times a scan of a
+megabyte. `read_scan_argv` accepts the scan options exactly as the typer command declares
+them (a test keeps the two in step) and hands anything else — help, an unknown or repeated
+oddity, a bad value — to the full CLI, so usage errors always read the same.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .errors import say_warning
+
+EXIT_OK = 0  # ready / healthy / nothing wrong found
+EXIT_FOUND = 1  # a failure (or degradation) was found
+EXIT_USAGE = 2  # usage or input error
+
+ENGINES = ("vllm", "sglang", "tgi", "generic")
+FORMATS = ("text", "json", "markdown")
+
+# option -> (keyword of run_scan, kind): "flag", "value" (the last one given wins) or "multi"
+SCAN_OPTIONS: dict[str, tuple[str, str]] = {
+    "--json": ("json_out", "flag"),
+    "--all": ("show_all", "flag"),
+    "--format": ("fmt", "value"),
+    "--engine": ("engine", "value"),
+    "--rules": ("rules", "multi"),
+    "--gpus": ("gpus", "value"),
+    "--kb": ("kb", "multi"),
+    "--config": ("config", "value"),
+}
+
+
+def read_scan_argv(args: list[str]) -> dict[str, Any] | None:
+    """Keyword arguments of `run_scan` for `scan ARGS`, or None to let the full CLI decide."""
+    kw: dict[str, Any] = {"files": [], "fmt": "text", "json_out": False, "show_all": False}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if a == "-" or not a.startswith("-"):
+            kw["files"].append(a)
+            continue
+        name, eq, value = a.partition("=")
+        spec = SCAN_OPTIONS.get(name)
+        if spec is None:
+            return None  # help, `--`, short options, typos: the full CLI says what they mean
+        key, kind = spec
+        if kind == "flag":
+            if eq:
+                return None
+            kw[key] = True
+            continue
+        if not eq:
+            if i >= len(args) or (args[i].startswith("-") and args[i] != "-"):
+                return None
+            value = args[i]
+            i += 1
+        if kind == "multi":
+            kw.setdefault(key, []).append(value)
+        else:
+            kw[key] = value
+    if kw["fmt"] not in FORMATS or kw.get("engine", "vllm") not in ENGINES:
+        return None
+    if not kw["files"] and (sys.stdin is None or sys.stdin.isatty()):
+        return None  # nothing to read: the full CLI explains
+    return kw
+
+
+def load_knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
+    from .pipeline import Knowledge
+
+    know = Knowledge.load(rules)
+    for p in know.problems:
+        say_warning(f"{p} (skipped)")
+    return know
+
+
+def load_kb(dirs: list[str] | None):  # type: ignore[no-untyped-def]
+    from .kb import KnowledgeBase, store_dirs
+
+    base = KnowledgeBase.load(store_dirs(dirs))
+    for p in base.problems:
+        say_warning(f"{p} (skipped)")
+    return base
+
+
+def kb_matches(d, dirs: list[str] | None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Past incidents like this diagnosis (a broken store never stops a scan)."""
+    if d.status not in ("failed", "degraded"):
+        return []
+    return load_kb(dirs).match(d)  # type: ignore[no-any-return]
+
+
+def run_scan(
+    files: list[str] | None = None,
+    fmt: str = "text",
+    json_out: bool = False,
+    show_all: bool = False,
+    engine: str | None = None,
+    rules: list[str] | None = None,
+    gpus: str | None = None,
+    kb: list[str] | None = None,
+    config: str | None = None,
+) -> int:
+    """Scan, print the diagnosis, return the exit code (options already checked)."""
+    from .pipeline import scan_paths
+    from .render import render_json, render_markdown, render_text
+    from .styled import print_styled
+
+    d = scan_paths(list(files or ["-"]), load_knowledge(rules), engine, gpus=gpus, config=config)
+    d.kb = kb_matches(d, kb)
+    if json_out or fmt == "json":
+        print(render_json(d))
+    elif fmt == "markdown":
+        print(render_markdown(d))
+    else:
+        print_styled(render_text(d, show_all))
+    return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
