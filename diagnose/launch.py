@@ -1,19 +1,16 @@
-"""Launch parameters from the argument dumps engines print: Python literals when they are, a pyparsing grammar otherwise.
+"""Launch parameters from the argument dumps engines print, read by a small backtracking reader.
 
 vLLM prints `args: Namespace(…)` (V0) or `non-default args: {…}` (V1) and a
 `with config: model=…, tensor_parallel_size=…` line; SGLang `server_args=ServerArgs(…)`
 or a dict; TGI a Rust `Args { … }` debug dump. These are reprs with nested quotes, lists,
-dicts, calls and None/True: a grammar handles them where string splitting cannot.
+dicts, calls and None/True: a backtracking reader handles them where string splitting cannot.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pyparsing as pp
+from typing import Any
 
 # Launch keys every engine may print under the canonical (vLLM) name.
 CANONICAL = {
@@ -47,66 +44,189 @@ CANONICAL = {
 
 
 class _Raw(str):
-    """A value the grammar kept as text (an expression it does not model)."""
+    """A value kept as text (an expression the reader does not model)."""
 
 
-@lru_cache(maxsize=1)
-def _grammar() -> dict[str, pp.ParserElement]:
-    import pyparsing as pp  # only when a launch dump appears: it costs ~40 ms to import
-
-    pp.ParserElement.enable_packrat()
-    value = pp.Forward()
-    ident = pp.Word(pp.alphas + "_", pp.alphanums + "_.")
-    string = pp.QuotedString("'", esc_char="\\", unquote_results=True) | pp.QuotedString(
-        '"', esc_char="\\", unquote_results=True
-    )
-    number = pp.Regex(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![\w.])")
-    number.set_parse_action(lambda t: float(t[0]) if any(c in t[0] for c in ".eE") else int(t[0]))
-    const = pp.Regex(r"(?:None|True|False|true|false|null)(?![\w.])")
-    # a parse action returning None keeps the tokens, so return a one-item list
-    const.set_parse_action(
-        lambda t: [
-            {"None": None, "null": None, "True": True, "true": True, "False": False, "false": False}[t[0]]
-        ]
-    )
-    lp, rp, lb, rb, lc, rc = map(pp.Suppress, "()[]{}")
-    colon, _comma, eq = pp.Suppress(":"), pp.Suppress(","), pp.Suppress("=")
-
-    def seq(open_: pp.ParserElement, close: pp.ParserElement, item: pp.ParserElement) -> pp.ParserElement:
-        return open_ + pp.Optional(pp.DelimitedList(item, allow_trailing_delim=True)) + close
-
-    listv = pp.Group(seq(lb, rb, value)).set_parse_action(lambda t: [list(t[0])])
-    tuplev = pp.Group(seq(lp, rp, value)).set_parse_action(lambda t: [tuple(t[0])])
-    dict_item = pp.Group(value + colon + value)
-    dictv = pp.Group(seq(lc, rc, dict_item)).set_parse_action(lambda t: [{_key(k): v for k, v in t[0]}])
-    kwarg = pp.Group(ident + eq + value)
-    call_arg = kwarg | value
-    callv = (ident + pp.Group(seq(lp, rp, call_arg))).set_parse_action(
-        lambda t: [
-            {
-                _key(k): v
-                for k, v in (a if isinstance(a, pp.ParseResults) and len(a) == 2 else ("_", a) for a in t[1])
-            }
-        ]
-    )
-    # Rust Debug: Args { model_id: "x", num_shard: Some(2), … } ; Some(x) / None
-    rust_field = pp.Group(ident + colon + value)
-    rust_struct = (ident + pp.Group(seq(lc, rc, rust_field))).set_parse_action(
-        lambda t: [{str(k): v for k, v in t[1]}]
-    )
-    enum_repr = pp.Regex(r"<[^<>]*>").set_parse_action(lambda t: _Raw(t[0]))
-    bare = pp.Regex(r"[^,()\[\]{}\s'\"][^,()\[\]{}]*").set_parse_action(lambda t: _Raw(t[0].strip()))
-    value <<= string | number | const | rust_struct | callv | dictv | listv | tuplev | enum_repr | bare
-    kwargs = pp.DelimitedList(kwarg, allow_trailing_delim=True)
-    return {"value": value, "kwargs": kwargs}
+class _NoMatch(Exception):
+    """This alternative does not match here: try the next one (the reader backtracks)."""
 
 
-def _key(k: Any) -> str:
-    return str(k)
+# The tokens of the dump language, as regexes anchored where the reader stands.
+_WS = re.compile(r"[ \t\r\n]*")
+_STRING = {q: re.compile(rf"{q}((?:\\.|[^{q}\n\r\\])*){q}") for q in ("'", '"')}
+_NUMBER = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?(?![\w.])")
+_CONST = re.compile(r"(?:None|True|False|true|false|null)(?![\w.])")
+_CONSTS = {"None": None, "null": None, "True": True, "true": True, "False": False, "false": False}
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_ENUM = re.compile(r"<[^<>]*>")
+_BARE = re.compile(r"[^,()\[\]{}\s'\"][^,()\[\]{}]*")
+_ESCAPE = re.compile(r"\\([0-7]{3}|0|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[tnfr]|.)", re.DOTALL)
+_WS_ESCAPES = {"t": "\t", "n": "\n", "f": "\f", "r": "\r"}
+_MAX_DEPTH = 200
+
+
+def _unescape(m: re.Match[str]) -> str:
+    g = m.group(1)
+    if g in _WS_ESCAPES:
+        return _WS_ESCAPES[g]
+    if g == "0":
+        return "\0"
+    if len(g) == 3 and g.isdigit():
+        return chr(int(g, 8))
+    if g[0] in "xu" and len(g) > 1:
+        return chr(int(g[1:], 16))
+    return g
+
+
+class _Reader:
+    """A backtracking reader of one dump: string | number | const | Rust struct | call | dict |
+    list | tuple | <enum repr> | bare word, tried in that order (the first that matches wins).
+    Written by hand rather than with pyparsing: importing pyparsing and building a grammar cost
+    ~50 ms of a cold start, far more than reading the dump."""
+
+    def __init__(self, text: str):
+        self.s = text
+        self.i = 0
+        self.depth = 0
+
+    def _skip(self) -> None:
+        self.i = _WS.match(self.s, self.i).end()  # type: ignore[union-attr]
+
+    def _take(self, rx: re.Pattern[str]) -> re.Match[str]:
+        self._skip()
+        m = rx.match(self.s, self.i)
+        if m is None:
+            raise _NoMatch
+        self.i = m.end()
+        return m
+
+    def _char(self, c: str) -> None:
+        self._skip()
+        if not self.s.startswith(c, self.i):
+            raise _NoMatch
+        self.i += 1
+
+    def _seq(self, open_: str, close: str, item: Any) -> list[Any]:
+        """open item (, item)* [,] close — the items may be absent."""
+        self._char(open_)
+        out: list[Any] = []
+        start = self.i
+        try:
+            out.append(item())
+        except _NoMatch:
+            self.i = start
+        else:
+            while True:
+                try:
+                    self._char(",")
+                except _NoMatch:
+                    break
+                after_comma = self.i
+                try:
+                    out.append(item())
+                except _NoMatch:
+                    self.i = after_comma  # a trailing comma
+                    break
+        self._char(close)
+        return out
+
+    def value(self) -> Any:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _NoMatch
+        try:
+            self._skip()
+            start = self.i
+            for alt in self._ALTERNATIVES:
+                try:
+                    return alt(self)
+                except _NoMatch:
+                    self.i = start
+            raise _NoMatch
+        finally:
+            self.depth -= 1
+
+    def _string(self) -> str:
+        self._skip()
+        rx = _STRING.get(self.s[self.i : self.i + 1])
+        if rx is None:
+            raise _NoMatch
+        body = self._take(rx).group(1)
+        return _ESCAPE.sub(_unescape, body) if "\\" in body else body
+
+    def _number(self) -> int | float:
+        t = self._take(_NUMBER).group(0)
+        return float(t) if any(c in t for c in ".eE") else int(t)
+
+    def _const(self) -> Any:
+        return _CONSTS[self._take(_CONST).group(0)]
+
+    def _rust_struct(self) -> dict[str, Any]:
+        self._take(_IDENT)
+
+        def field() -> tuple[str, Any]:
+            k = self._take(_IDENT).group(0)
+            self._char(":")
+            return k, self.value()
+
+        return dict(self._seq("{", "}", field))
+
+    def _kwarg(self) -> tuple[str, Any]:
+        k = self._take(_IDENT).group(0)
+        self._char("=")
+        return k, self.value()
+
+    def _call(self) -> dict[str, Any]:
+        self._take(_IDENT)
+
+        def arg() -> tuple[str, Any]:
+            start = self.i
+            try:
+                return self._kwarg()
+            except _NoMatch:
+                self.i = start
+                return "_", self.value()  # a positional argument (Rust's Some(x))
+
+        return dict(self._seq("(", ")", arg))
+
+    def _dict(self) -> dict[str, Any]:
+        def item() -> tuple[str, Any]:
+            k = self.value()
+            self._char(":")
+            return str(k), self.value()
+
+        return dict(self._seq("{", "}", item))
+
+    def _list(self) -> list[Any]:
+        return self._seq("[", "]", self.value)
+
+    def _tuple(self) -> tuple[Any, ...]:
+        return tuple(self._seq("(", ")", self.value))
+
+    def _enum(self) -> str:
+        return _Raw(self._take(_ENUM).group(0))
+
+    def _bare(self) -> str:
+        return _Raw(self._take(_BARE).group(0).strip())
+
+    _ALTERNATIVES = (_string, _number, _const, _rust_struct, _call, _dict, _list, _tuple, _enum, _bare)
+
+    def kwargs(self) -> list[tuple[str, Any]]:
+        """kwarg (, kwarg)* [,] — as many as read; the rest of the line is ignored."""
+        out = [self._kwarg()]
+        while True:
+            back = self.i
+            try:
+                self._char(",")
+                out.append(self._kwarg())
+            except _NoMatch:
+                self.i = back
+                break
+        return out
 
 
 def _unwrap(v: Any) -> Any:
-    # Rust Some(x) parses as a call {"_": x}
+    # Rust Some(x) reads as a call {"_": x}
     if isinstance(v, dict) and set(v) == {"_"}:
         return _unwrap(v["_"])
     if isinstance(v, _Raw):
@@ -114,56 +234,25 @@ def _unwrap(v: Any) -> Any:
     return v
 
 
-def parse_literal(kind: str, text: str) -> dict[str, Any] | None:
-    """Fast path for dumps that are plain Python literals (most `non-default args: {…}` and
-    many `Namespace(…)` lines): Python's own parser reads them in microseconds, where
-    importing pyparsing and building the grammar costs tens of milliseconds of cold start.
-    None means "not a plain literal": the grammar decides."""
-    import ast
-
-    if kind not in ("python_dict", "python_call", "python_kwargs"):
-        return None
-    src = f"_({text})" if kind == "python_kwargs" else text
-    try:
-        node = ast.parse(src, mode="eval").body
-        if kind == "python_dict" and isinstance(node, ast.Dict):
-            value = ast.literal_eval(node)
-            return {str(k): v for k, v in value.items()}
-        if kind != "python_dict" and isinstance(node, ast.Call) and not node.args:
-            if any(kw.arg is None for kw in node.keywords):
-                return None
-            return {str(kw.arg): ast.literal_eval(kw.value) for kw in node.keywords}
-    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
-        return None
-    return None
-
-
 def parse_repr(kind: str, text: str) -> dict[str, Any]:
     """Parse one dump into a flat mapping of top-level keys. Unparseable text gives {}."""
     text = text.strip()
-    fast = parse_literal(kind, text)
-    if fast is not None:
-        return fast
-    return parse_with_grammar(kind, text)
+    if kind == "command_line":
+        return _parse_command_line(text)
+    return read_dump(kind, text)
 
 
-def parse_with_grammar(kind: str, text: str) -> dict[str, Any]:
-    """The pyparsing path: Rust debug dumps, enum reprs, bare words, truncated lines.
-    `text` comes stripped (parse_repr)."""
-    import pyparsing as pp
-
-    g = _grammar()
+def read_dump(kind: str, text: str) -> dict[str, Any]:
+    """Read a Python repr, dict, keyword list or Rust debug dump (enum reprs, bare words and
+    truncated lines included). `text` comes stripped (parse_repr)."""
+    reader = _Reader(text.expandtabs())  # as pyparsing did: tabs read as spaces
     try:
         if kind == "python_kwargs":
-            # the text runs to the end of the line; take as many k=v pairs as parse
-            res = g["kwargs"].parse_string(text, parse_all=False)
-            return {str(k): _unwrap(v) for k, v in res}
-        if kind == "command_line":
-            return _parse_command_line(text)
-        res = g["value"].parse_string(text, parse_all=False)
-    except pp.ParseBaseException:
+            # the text runs to the end of the line; take as many k=v pairs as read
+            return {k: _unwrap(v) for k, v in reader.kwargs()}
+        v = reader.value()
+    except (_NoMatch, RecursionError):
         return {}
-    v = res[0] if res else None
     if isinstance(v, dict):
         return {str(k): _unwrap(x) for k, x in v.items() if k != "_"}
     return {}

@@ -1,12 +1,16 @@
-"""Launch parameters from real argument dumps (Python literal fast path, pyparsing grammar)."""
+"""Launch parameters from real argument dumps: the hand-written reader, checked against the
+pyparsing grammar it replaced."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from diagnose.launch import canonical_launch, parse_repr
+from diagnose.launch import canonical_launch, parse_repr, read_dump
 
-from .conftest import REAL_LOGS
+from .conftest import FIXTURES, REAL_LOGS
+from .launch_grammar import parse_with_grammar
 
 
 def test_vllm_v0_namespace_with_nested_values():
@@ -99,11 +103,9 @@ def test_real_v0_namespace_dump(know):
 def _launch_dumps(know) -> list[tuple[str, str]]:
     """Every argument dump we can find: the engine profiles' examples, the fixture logs and,
     when present, the real-log corpus."""
-    from pathlib import Path
-
     markers = [m for m in know.profiles.markers if m.what == "launch"]
     texts = [ex for m in markers for ex in m.examples]
-    logs = sorted((Path(__file__).parent.parent / "fixtures").glob("*.log"))
+    logs = sorted(FIXTURES.glob("logs/*/*.log"))
     if REAL_LOGS.is_dir():
         logs += sorted(REAL_LOGS.glob("*/log.txt"))
     for log in logs:
@@ -113,34 +115,94 @@ def _launch_dumps(know) -> list[tuple[str, str]]:
     for text in texts:
         for m in markers:
             found = m.search(text)
-            if found and m.kind in ("python_dict", "python_call", "python_kwargs"):
+            if found and m.kind in ("python_dict", "python_call", "python_kwargs", "rust_debug"):
                 out.append((m.kind, found.group("repr").strip()))
     return out
 
 
-def test_literal_fast_path_agrees_with_the_grammar(know):
-    from diagnose.launch import parse_literal, parse_with_grammar
-
+def test_reader_agrees_with_the_grammar_on_every_dump(know):
     dumps = _launch_dumps(know)
-    assert len(dumps) >= 8
-    fast = 0
+    assert len(dumps) >= 20
+    assert {k for k, _ in dumps} >= {"python_dict", "python_call", "python_kwargs", "rust_debug"}
     for kind, text in dumps:
-        lit = parse_literal(kind, text)
-        if lit is not None:
-            fast += 1
-            assert lit == parse_with_grammar(kind, text), text[:200]
-    assert fast >= 3  # the fast path is taken for the plain literal dumps
+        assert read_dump(kind, text) == parse_with_grammar(kind, text), text[:200]
 
 
-def test_literal_fast_path_declines_what_only_the_grammar_reads():
-    from diagnose.launch import parse_literal
+# Dumps as engines print them, with the oddities the reader must treat as the grammar did:
+# bare words, enum reprs, escapes, JSON constants, Rust Some(..), trailing commas, truncation.
+_ident = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.]{0,8}", fullmatch=True)
+_bare = st.from_regex(r"[A-Za-z/][A-Za-z0-9_./:= -]{0,12}", fullmatch=True)
+_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
-    assert parse_literal("python_call", "Namespace(a=1, f=<function serve at 0x7f>)") is None
-    assert parse_literal("python_kwargs", "model=m, served_model_name=org/model, seed=0") is None
-    assert parse_literal("python_dict", "{'a': 1") is None  # truncated line
-    assert parse_literal("rust_debug", "Args { a: 1 }") is None
-    assert parse_literal("python_call", "Namespace(**kw)") is None
-    assert parse_literal("python_dict", "{'tp': 2, 'cfg': {'x': [1, 2.5]}}") == {
-        "tp": 2,
-        "cfg": {"x": [1, 2.5]},
+
+def _quoted(s: str) -> str:
+    q = "'" if '"' in s or "\n" in s else '"'
+    return q + s.replace("\\", "\\\\").replace(q, "\\" + q).replace("\n", "\\n").replace("\r", "\\r") + q
+
+
+_scalar = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr),
+    st.sampled_from(["None", "True", "False", "true", "false", "null", "1e-3", ".5", "+3", "0x10", "1_000"]),
+    _text.map(_quoted),
+    _bare,
+    st.sampled_from(["<LoadFormat.AUTO: 'auto'>", "<function serve at 0x7f3b>", "torch.bfloat16"]),
+)
+_sep = st.sampled_from([", ", ",", " , ", ",\t", ", ,"])
+
+
+def _values(children):
+    seqs = st.lists(children, max_size=4)
+    return st.one_of(
+        st.tuples(seqs, _sep, st.booleans()).map(
+            lambda t: "[" + t[1].join(t[0]) + ("," if t[2] else "") + "]"
+        ),
+        st.tuples(seqs, _sep).map(lambda t: "(" + t[1].join(t[0]) + ")"),
+        st.tuples(st.lists(st.tuples(children, children), max_size=3), _sep).map(
+            lambda t: "{" + t[1].join(f"{k}: {v}" for k, v in t[0]) + "}"
+        ),
+        st.tuples(
+            _ident, st.lists(st.tuples(_ident, children), max_size=3), st.lists(children, max_size=1)
+        ).map(lambda t: t[0] + "(" + ", ".join([*(f"{k}={v}" for k, v in t[1]), *t[2]]) + ")"),
+        st.tuples(_ident, st.lists(st.tuples(_ident, children), max_size=3)).map(
+            lambda t: t[0] + " { " + ", ".join(f"{k}: {v}" for k, v in t[1]) + " }"
+        ),
+    )
+
+
+_value = st.recursive(_scalar, _values, max_leaves=12)
+
+
+@st.composite
+def _dump(draw) -> tuple[str, str]:
+    kind = draw(st.sampled_from(["python_kwargs", "python_call", "python_dict", "rust_debug"]))
+    pairs = draw(st.lists(st.tuples(_ident, _value), min_size=1, max_size=5))
+    sep = draw(_sep)
+    if kind == "python_kwargs":
+        text = sep.join(f"{k}={v}" for k, v in pairs)
+    elif kind == "python_call":
+        text = draw(_ident) + "(" + sep.join(f"{k}={v}" for k, v in pairs) + ")"
+    elif kind == "python_dict":
+        text = "{" + sep.join(f"{_quoted(k)}: {v}" for k, v in pairs) + "}"
+    else:
+        text = "Args { " + sep.join(f"{k}: {v}" for k, v in pairs) + " }"
+    if draw(st.booleans()):  # a line cut short
+        text = text[: draw(st.integers(0, len(text)))]
+    return kind, text.strip()
+
+
+@settings(max_examples=400, deadline=None)
+@given(_dump())
+def test_reader_agrees_with_the_grammar_on_generated_dumps(dump):
+    kind, text = dump
+    assert read_dump(kind, text) == parse_with_grammar(kind, text)
+
+
+def test_reader_survives_deep_nesting_and_junk():
+    assert read_dump("python_call", "f(" * 5000) == {}
+    assert read_dump("python_kwargs", "a=" + "[" * 5000) == {}
+    assert read_dump("rust_debug", 'Args { model_id: Some("m"), num_shard: Some(2), x: None }') == {
+        "model_id": "m",
+        "num_shard": 2,
+        "x": None,
     }
