@@ -10,21 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import regex
-
+from .datacache import data_cache
 from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
-from .rules import (
-    PATTERN_TIMEOUT_S,
-    _known_good,
-    _load_yaml,
-    _read,
-    builtin_rules_dir,
-    compile_pattern,
-    file_digest,
-    remember_valid,
-    rule_files,
-)
+from .patterns import compile_pattern as _compile
+from .rules import _load_yaml, _read, builtin_rules_dir, compile_pattern, rule_files
 
 PROFILE_KEYS = {
     "engine",
@@ -60,6 +50,7 @@ class Marker:
     kind: str | None = None  # launch parser kind
     repeat: bool = False  # observe: printed again and again (stats); the latest wins
     path: str = ""
+    shipped: bool = False  # from the package's own profiles: runs on `re` (patterns.py)
 
     def target(self, line: Line) -> str:
         # Detection looks at the whole line (process prefixes name the engine too).
@@ -67,11 +58,8 @@ class Marker:
 
     def search(self, text: str) -> Any:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
-            self.compiled = regex.compile(self.pattern)
-        try:
-            return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
-        except TimeoutError:
-            return None
+            self.compiled = _compile(self.pattern, self.shipped)
+        return self.compiled.search(text)
 
 
 @dataclass(slots=True)
@@ -87,7 +75,9 @@ class Profile:
     problems: list[str] = field(default_factory=list)
 
 
-def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool = False) -> Marker:
+def _marker(
+    raw: Any, path: str, engine: str, what: str, i: int, trusted: bool = False, shipped: bool = False
+) -> Marker:
     label = f"{engine}.{what}[{i}]"
     if not isinstance(raw, dict):
         raise RuleError(path, label, None, "must be a mapping")
@@ -100,7 +90,7 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool =
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(path, label, "pattern", "missing")
-    compiled = compile_pattern(pattern, path, label, trusted)
+    compiled = compile_pattern(pattern, path, label, trusted, shipped)
     examples = raw.get("examples")
     if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
         raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
@@ -123,6 +113,7 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool =
         variant=raw.get("variant"),
         kind=kind,
         path=path,
+        shipped=shipped,
     )
     from .lines import make_line
 
@@ -137,7 +128,7 @@ def _marker(raw: Any, path: str, engine: str, what: str, i: int, trusted: bool =
     return m
 
 
-def parse_profile(data: Any, path: str, trusted: bool = False) -> Profile:
+def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = False) -> Profile:
     if not isinstance(data, dict):
         raise RuleError(path, None, None, "an engine profile must be a mapping")
     for k in data:
@@ -153,7 +144,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False) -> Profile:
             raise RuleError(path, engine, what, "must be a list")
         for i, raw in enumerate(items):
             try:
-                prof.markers.append(_marker(raw, path, engine, what, i, trusted))
+                prof.markers.append(_marker(raw, path, engine, what, i, trusted, shipped))
             except RuleError as e:
                 # one broken marker is reported and skipped; the rest of the profile still works
                 prof.problems.append(str(e))
@@ -192,22 +183,24 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
     dirs = [builtin_rules_dir() / "engines"] + [Path(d) / "engines" for d in extra_dirs or []]
     out: dict[str, Profile] = {}
     problems: list[str] = []
+    cache = data_cache()
     for d in dirs:
         if not d.is_dir():
             continue
         for path in rule_files(d):
+            trusted, data = cache.get(path)
             try:
-                raw = _read(path)
-                digest = file_digest(raw)
-                trusted = digest in _known_good()
-                prof = parse_profile(_load_yaml(path, raw), str(path), trusted)
+                if not trusted:
+                    data = _load_yaml(path, _read(path))
+                prof = parse_profile(data, str(path), trusted, shipped=d == dirs[0])
             except RuleError as e:
                 problems.append(str(e))
                 continue
             out[prof.engine] = prof
             problems.extend(prof.problems)
             if not trusted and not prof.problems:
-                remember_valid({digest})
+                cache.put(path, data)
+    cache.save()
     if "generic" not in out:
         out["generic"] = Profile(engine="generic", title="generic", path="")
     return Profiles(out, problems)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 
 
 def free_port(start: int, host: str = "127.0.0.1", tries: int = 50) -> int | None:
     """First port from start up that this host can bind now."""
+    import socket  # only when a port needs advice: not part of every scan's start
+
     for p in range(max(start, 1024), min(start + tries, 65535)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:

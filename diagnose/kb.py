@@ -13,7 +13,6 @@ persisted state of an online miner like Drain3 (whose last release is from 2022)
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import math
 import os
@@ -23,15 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .datacache import DataCache, data_cache
 from .errors import InputError
 from .model import CLASSES, Diagnosis
 from .rules import builtin_rules_dir
 
 ID_RE = re.compile(r"^KB-\d{4,}$")
 MATCH_THRESHOLD = 0.5
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STARTER_DISCOUNT = 0.9  # your own incidents rank above the starter set
 REQUIRED = ("id", "title", "date", "symptom", "root_cause")
 KNOWN_KEYS = {
@@ -176,10 +173,34 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
         if k in data and not isinstance(data[k], list):
             raise InputError(f"{path}: field '{k}': must be a list")
     try:
+        import datetime as dt  # validation runs only for files the cache does not hold
+
         dt.date.fromisoformat(str(data["date"])[:10])
     except ValueError:
         raise InputError(f"{path}: field 'date': {data['date']!r} is not YYYY-MM-DD") from None
     return data
+
+
+def _read_incident(p: Path, cache: DataCache) -> dict[str, Any]:
+    """One incident file, validated; from the cache when unchanged since it last validated."""
+    hit, data = cache.get(p)
+    if hit:
+        return data  # type: ignore[no-any-return]
+    import yaml  # only for files the cache does not hold
+
+    try:
+        with open(p, encoding="utf-8") as f:
+            data = validate(yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), p)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise InputError(f"{p}: cannot read: {getattr(e, 'problem', None) or e}") from None
+    cache.put(p, data)
+    return data
+
+
+def _dump(data: Any, sort_keys: bool = False) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=sort_keys, allow_unicode=True, width=100)  # type: ignore[no-any-return]
 
 
 def starter_dir() -> Path:
@@ -190,12 +211,9 @@ def default_store() -> Path:
     env = os.environ.get("DIAGNOSE_KB")
     if env:
         return Path(env.split(os.pathsep)[0])
-    try:
-        from platformdirs import user_data_dir
+    from .userdirs import user_data_dir
 
-        return Path(user_data_dir("diagnose")) / "kb"
-    except ImportError:  # pragma: no cover
-        return Path.home() / ".local" / "share" / "diagnose" / "kb"
+    return user_data_dir() / "kb"
 
 
 def store_dirs(explicit: list[str] | None = None) -> list[Path]:
@@ -216,6 +234,7 @@ class KnowledgeBase:
     @classmethod
     def load(cls, dirs: list[Path], starter: bool = True) -> KnowledgeBase:
         kb = cls()
+        cache = data_cache()
         seen: set[str] = set()
         layers = [(d, False) for d in dirs] + ([(starter_dir(), True)] if starter else [])
         for d, is_starter in layers:
@@ -223,11 +242,7 @@ class KnowledgeBase:
                 continue
             for p in sorted(d.glob("*.y*ml")):
                 try:
-                    with open(p, encoding="utf-8") as f:
-                        data = validate(yaml.load(f, Loader=_LOADER), p)
-                except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-                    kb.problems.append(f"{p}: cannot read: {getattr(e, 'problem', None) or e}")
-                    continue
+                    data = _read_incident(p, cache)
                 except InputError as e:
                     kb.problems.append(str(e))
                     continue
@@ -237,6 +252,7 @@ class KnowledgeBase:
                     continue
                 seen.add(key)
                 kb.incidents.append(Incident(data, p, is_starter))
+        cache.save()
         return kb
 
     def get(self, iid: str) -> Incident | None:
@@ -248,7 +264,7 @@ class KnowledgeBase:
         words = text.lower().split()
         out = []
         for inc in self.incidents:
-            blob = yaml.safe_dump(inc.data, allow_unicode=True).lower()
+            blob = _dump(inc.data, sort_keys=True).lower()
             if all(w in blob for w in words):
                 out.append(inc)
         return out
@@ -376,7 +392,7 @@ def add_incident(store: Path, data: dict[str, Any]) -> tuple[str, dict[str, int]
         data = {"id": iid, **{k: v for k, v in data.items() if k != "id"}}
         path = store / f"{iid}.yaml"
         validate(data, path)
-        atomic_write(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100))
+        atomic_write(path, _dump(data))
     return iid, found
 
 
@@ -388,6 +404,8 @@ def incident_from(
     title: str | None = None,
     tags: list[str] | None = None,
 ) -> dict[str, Any]:
+    import datetime as dt
+
     p = d.primary
     fixes: list[Any] = []
     for f in fix or []:

@@ -6,7 +6,6 @@ and only decode the lines that matter; memory stays flat however long the log.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import sys
@@ -19,6 +18,9 @@ from .errors import InputError
 from .model import Line
 
 BLOCK_SIZE = 1 << 20
+# The first reads are small and double up to BLOCK_SIZE: a log's opening lines retire most
+# engine markers (engine, version, phases reached), so little is searched with all needles.
+FIRST_BLOCK = 64 << 10
 MAX_LINE = 1 << 20  # a longer line is cut, with CUT_MARKER in its place
 CUT_MARKER = b" [diagnose: line cut at 1 MiB]"
 
@@ -59,6 +61,8 @@ def _open(source: Source) -> BinaryIO:
         raise InputError(f"{source.name}: cannot read: {e.strerror or e}") from None
     head = f.peek(2)[:2] if hasattr(f, "peek") else b""
     if head == b"\x1f\x8b":
+        import gzip  # only for compressed logs
+
         return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
     return f
 
@@ -72,20 +76,25 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
     """Yield blocks of complete lines (each ends with \\n, except maybe the very last).
 
     A line longer than MAX_LINE is cut to MAX_LINE bytes plus CUT_MARKER; the rest of it
-    is skipped without being held in memory.
+    is skipped without being held in memory. Reads start at FIRST_BLOCK and double.
     """
     f = _open(source)
     carry = b""
     skipping = False  # inside the unread tail of an over-long line
     first = True
     total = 0
+    size = min(FIRST_BLOCK, block_size)
     try:
         while True:
             try:
-                chunk = f.read(block_size)
-            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+                chunk = f.read(size)
+                size = min(size * 2, block_size)
+            except (EOFError, zlib.error) as e:
                 raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
             except OSError as e:
+                gz = sys.modules.get("gzip")  # imported only if a compressed log was opened
+                if gz is not None and isinstance(e, gz.BadGzipFile):
+                    raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
                 raise InputError(f"{source.name}: read error: {e.strerror or e}") from None
             if first:
                 first = False

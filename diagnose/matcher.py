@@ -45,6 +45,7 @@ ENGINE_MIN_SCORE = 5
 ENGINE_DECIDED = 30  # detection evidence after which other engines' markers stop being searched
 VARIANT_DECIDED = 20
 RULE_EVIDENCE_WEIGHT = 3
+DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log: scanning speed wins)
 REFIND_AFTER = 64  # candidate lines processed before a block is searched again with retired needles gone
 
 
@@ -119,7 +120,8 @@ class Scanner:
         self._index_needles: list[str] = []
         self._observe_live: list[str] = []
         self._want_progress = False
-        self._blocks = 0  # blocks fed so far
+        self._fed = 0  # bytes fed so far
+        self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
         self._builds = 0
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
@@ -192,8 +194,9 @@ class Scanner:
         ]
         self._index_needles = live
         self._builds += 1
-        # the first blocks retire markers quickly: cheap-to-build automata until that settles
-        self._index = make_index([n.encode("utf-8") for n in live], fast_build=self._blocks < 2)
+        # the first megabytes retire markers quickly: cheap-to-build automata until that settles
+        self._dfa = self._fed >= DFA_AFTER
+        self._index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
         self._index_dirty = False
 
     def retire(self, handler: Any) -> None:
@@ -215,9 +218,9 @@ class Scanner:
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
-        self._blocks += 1
-        if self._index_dirty or self._blocks == 2:  # from the second block on: the fast-scanning DFA
+        if self._index_dirty or (not self._dfa and self._fed >= DFA_AFTER):
             self._build_index()
+        self._fed += len(block)
         base = self.lineno  # lines before this block
         n = len(block)
         matches = self._index.find(block)
@@ -226,7 +229,7 @@ class Scanner:
         processed = 0  # candidate lines since the index was last rebuilt
         i, nm = 0, len(matches)
         while i < nm:
-            nid, start_of_match = matches[i]
+            nid, start_of_match = matches[i][0], matches[i][1]
             if start_of_match < pos:
                 i += 1
                 continue
@@ -257,7 +260,7 @@ class Scanner:
                 processed = 0
                 self._build_index()
                 needles = self._index_needles
-                matches = [(nid, at + pos) for nid, at in self._index.find(block[pos:])]
+                matches = [(m[0], m[1] + pos) for m in self._index.find(block[pos:])]
                 i, nm = 0, len(matches)
         if pos < n:
             self.lineno += block.count(b"\n", pos, n)

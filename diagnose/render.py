@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .model import Diagnosis, Finding
@@ -221,6 +220,8 @@ def change_text(c: Any) -> str:
 
 
 def render_json(d: Diagnosis) -> str:
+    import json
+
     return json.dumps(d.to_json(), indent=2, ensure_ascii=False, default=str)
 
 

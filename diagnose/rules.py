@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import regex
-import yaml
-
+from .datacache import data_cache
 from .errors import RuleError
 from .model import CLASSES, OOM_PHASES, SEVERITIES
-
-# A pathological pattern must not hang a scan: every search runs under this timeout.
-PATTERN_TIMEOUT_S = 0.25
+from .patterns import PatternError
+from .patterns import compile_pattern as _compile
 
 RULE_KEYS = {
     "id": "required",
@@ -36,7 +31,7 @@ RULE_KEYS = {
 }
 ENGINES = {"vllm", "sglang", "tgi", "generic", "any"}
 ADVICE_KEYS = {"param", "to", "why"}
-_ID_RE = regex.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 @dataclass(slots=True)
@@ -57,87 +52,19 @@ class Rule:
     consequence: bool = False
     oom_phase: str | None = None
     scope: str = "message"  # match the message after prefixes, or the whole "text"
+    shipped: bool = False  # from the package's own rules/: runs on `re` (patterns.py)
 
     def search(self, text: str) -> Any:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
-            self.compiled = regex.compile(self.pattern)
-        try:
-            return self.compiled.search(text, timeout=PATTERN_TIMEOUT_S)
-        except TimeoutError:
-            return None
-
-
-# --- validation cache -------------------------------------------------------------------------
-# Validating a rule file (compiling every pattern, running every example) costs more than
-# the rest of a short scan; a file whose exact bytes already validated with this version is
-# trusted, and its patterns compile on first use.
-
-
-def _cache_file() -> Path | None:
-    env = os.environ.get("DIAGNOSE_CACHE")
-    if env == "off":
-        return None
-    if env:
-        return Path(env) / "validated.json"
-    try:
-        from platformdirs import user_cache_dir
-
-        return Path(user_cache_dir("diagnose")) / "validated.json"
-    except ImportError:  # pragma: no cover
-        return None
-
-
-_known: set[str] | None = None
-
-
-def _known_good() -> set[str]:
-    global _known
-    if _known is None:
-        _known = set()
-        path = _cache_file()
-        if path is not None:
-            try:
-                data = json.loads(path.read_text())
-                if isinstance(data, list):
-                    _known = {str(x) for x in data}
-            except (OSError, ValueError):
-                pass
-    return _known
-
-
-def file_digest(data: bytes) -> str:
-    from . import __version__
-
-    return hashlib.sha256(__version__.encode() + b"\0" + data).hexdigest()
-
-
-def remember_valid(digests: set[str]) -> None:
-    """Record files that validated cleanly (best effort, atomic; a read-only home is fine)."""
-    known = _known_good()
-    if digests <= known:
-        return
-    known |= digests
-    path = _cache_file()
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".validated.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(sorted(known)[-2000:]))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+            self.compiled = _compile(self.pattern, self.shipped)
+        return self.compiled.search(text)
 
 
 def builtin_rules_dir() -> Path:
-    """rules/ inside the installed package, or at the top of the source tree."""
-    try:
-        packaged = Path(str(resources.files("diagnose") / "rules"))
-        if packaged.is_dir():
-            return packaged
-    except (ModuleNotFoundError, TypeError):  # pragma: no cover
-        pass
-    return Path(__file__).resolve().parent.parent / "rules"
+    """rules/ inside the installed package (the wheel ships it there), or at the top of the source tree."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "rules"
+    return packaged if packaged.is_dir() else here.parent / "rules"
 
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
@@ -149,17 +76,17 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-def compile_pattern(pattern: str, path: str, label: str, trusted: bool) -> Any:
+def compile_pattern(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
     """The compiled pattern, or None when a validated file lets it compile on first use."""
     if trusted:
         return None
     try:
-        return regex.compile(pattern)
-    except regex.error as e:
+        return _compile(pattern, shipped)
+    except PatternError as e:
         raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
 
 
-def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
+def parse_rule(raw: Any, path: str, index: int, trusted: bool = False, shipped: bool = False) -> Rule:
     """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
     if not isinstance(raw, dict):
         raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
@@ -212,7 +139,7 @@ def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
     )
     pattern = raw["pattern"]
     _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
-    compiled = compile_pattern(pattern, path, label, trusted)
+    compiled = compile_pattern(pattern, path, label, trusted, shipped)
     title = raw["title"]
     _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
     ex = raw["examples"]
@@ -260,6 +187,7 @@ def parse_rule(raw: Any, path: str, index: int, trusted: bool = False) -> Rule:
         consequence=cons,
         oom_phase=phase,
         scope=scope,
+        shipped=shipped,
     )
     if not trusted:
         problem = check_examples(rule)
@@ -289,9 +217,6 @@ def check_examples(rule: Rule) -> tuple[str, str] | None:
     return None
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
-
-
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -300,11 +225,14 @@ def _read(path: Path) -> bytes:
 
 
 def _load_yaml(path: Path, data: bytes | None = None) -> Any:
+    import yaml  # only for files the cache does not hold (datacache.py)
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
     try:
         if data is not None:
-            return yaml.load(data.decode("utf-8"), Loader=_Loader)
+            return yaml.load(data.decode("utf-8"), Loader=loader)
         with open(path, encoding="utf-8") as f:
-            return yaml.load(f, Loader=_Loader)
+            return yaml.load(f, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -332,8 +260,9 @@ def rule_files(directory: Path) -> list[Path]:
 def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True) -> RuleSet:
     """Load every rule file; a broken rule is reported and skipped, the rest still used."""
     dirs: list[Path] = []
+    builtin = builtin_rules_dir()
     if include_builtin:
-        dirs.append(builtin_rules_dir())
+        dirs.append(builtin)
     for d in extra_dirs or []:
         dirs.append(Path(d))
     env = os.environ.get("DIAGNOSE_RULES")
@@ -342,28 +271,28 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
     rules: list[Rule] = []
     problems: list[str] = []
     seen: dict[str, str] = {}
+    cache = data_cache()
     for d in dirs:
         if not d.is_dir():
             problems.append(f"{d}: rules directory not found")
             continue
         for path in rule_files(d):
-            try:
-                raw_bytes = _read(path)
-                data = _load_yaml(path, raw_bytes)
-            except RuleError as e:
-                problems.append(str(e))
-                continue
+            trusted, data = cache.get(path)
+            if not trusted:
+                try:
+                    data = _load_yaml(path, _read(path))
+                except RuleError as e:
+                    problems.append(str(e))
+                    continue
             if data is None:
                 continue
             if not isinstance(data, list):
                 problems.append(f"{path}: a rule file must be a YAML list of rules")
                 continue
-            digest = file_digest(raw_bytes)
-            trusted = digest in _known_good()
             clean = True
             for i, raw in enumerate(data):
                 try:
-                    rule = parse_rule(raw, str(path), i, trusted)
+                    rule = parse_rule(raw, str(path), i, trusted, shipped=d == builtin)
                 except (RuleError, UnicodeDecodeError) as e:
                     problems.append(str(e))
                     clean = False
@@ -376,5 +305,6 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
                 seen[rule.id] = str(path)
                 rules.append(rule)
             if clean and not trusted:
-                remember_valid({digest})
+                cache.put(path, data)
+    cache.save()
     return RuleSet(rules, problems)

@@ -160,22 +160,19 @@ def test_profile_validation_names_the_field():
         parse_profile({"engine": "x", "colour": 1}, "p.yaml")
 
 
-def test_validation_cache_trusts_only_identical_files(tmp_path, monkeypatch):
-    import diagnose.rules as rules_mod
-
+def test_validation_cache_trusts_only_unchanged_files(tmp_path, monkeypatch):
     monkeypatch.setenv("DIAGNOSE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(rules_mod, "_known", None)
     d = tmp_path / "rules"
     d.mkdir()
     good = QUOTA_RULE_YAML
     (d / "mine.yaml").write_text(good)
     first = load_rules([str(d)], include_builtin=False)
     assert first.problems == [] and first.rules[0].compiled is not None  # validated: compiled now
-    monkeypatch.setattr(rules_mod, "_known", None)
     second = load_rules([str(d)], include_builtin=False)
     assert second.rules[0].compiled is None  # trusted from the cache: compiled on first use
     assert second.rules[0].search("quota exceeded for ann")["user"] == "ann"
     (d / "mine.yaml").write_text(good.replace("(?P<user>\\w+)", "(?P<user>\\w+"))  # now broken
-    monkeypatch.setattr(rules_mod, "_known", None)
     third = load_rules([str(d)], include_builtin=False)
     assert third.rules == [] and "does not compile" in third.problems[0]
+
+

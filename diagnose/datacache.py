@@ -1,0 +1,142 @@
+"""Rule, profile and incident files as they last validated, kept between runs.
+
+Parsing YAML and validating a rule file (compiling every pattern, running every example)
+costs more than the rest of a short scan. A file whose path, size and modification time
+match the entry recorded when it last validated cleanly is read from this cache instead
+(`marshal`, no import cost), and its patterns compile on first use. Any edit changes the
+size or the time and sends the file through YAML and validation again. The cache is
+written atomically and is only ever a shortcut: a missing, stale or corrupt one is ignored.
+DIAGNOSE_CACHE=DIR moves it; DIAGNOSE_CACHE=off disables it.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+_FORMAT = 1
+_MAX_ENTRIES = 2000
+_DATE = "__date__"  # marshal has no dates (YAML incident dates): stored as tagged tuples
+
+
+def _freeze(v: Any) -> tuple[Any, bool]:
+    """The value with dates as tagged tuples (YAML data has no tuples of its own), and whether any were."""
+    import datetime as dt  # only when a file is stored, not when one is read
+
+    if isinstance(v, dict):
+        items = [(k, _freeze(x)) for k, x in v.items()]
+        return {k: f for k, (f, _) in items}, any(t for _, (_, t) in items)
+    if isinstance(v, list):
+        items2 = [_freeze(x) for x in v]
+        return [f for f, _ in items2], any(t for _, t in items2)
+    if isinstance(v, dt.datetime):
+        return (_DATE, "datetime", v.isoformat()), True
+    if isinstance(v, dt.date):
+        return (_DATE, "date", v.isoformat()), True
+    return v, False
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _thaw(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_thaw(x) for x in v]
+    if isinstance(v, tuple) and len(v) == 3 and v[0] == _DATE:
+        import datetime as dt
+
+        return dt.datetime.fromisoformat(v[2]) if v[1] == "datetime" else dt.date.fromisoformat(v[2])
+    return v
+
+
+class DataCache:
+    def __init__(self, file: Path | None):
+        self.file = file
+        self._entries: dict[str, tuple[int, int, bool, Any]] | None = None
+        self._dirty = False
+
+    def _load(self) -> dict[str, tuple[int, int, bool, Any]]:
+        if self._entries is None:
+            self._entries = {}
+            if self.file is not None:
+                try:
+                    doc = marshal.loads(self.file.read_bytes())
+                    if isinstance(doc, dict) and doc.get("format") == (_FORMAT, __version__):
+                        self._entries = doc["entries"]
+                except (OSError, ValueError, EOFError, TypeError, KeyError):
+                    pass  # no cache yet, or one from another version: start afresh
+        return self._entries
+
+    @staticmethod
+    def _key(path: Path) -> tuple[str, int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return os.path.abspath(path), st.st_mtime_ns, st.st_size
+
+    def get(self, path: Path) -> tuple[bool, Any]:
+        """(True, data) when the file is unchanged since it validated, else (False, None)."""
+        if self.file is None:
+            return False, None
+        key = self._key(path)
+        entry = self._load().get(key[0]) if key else None
+        if key is None or entry is None or entry[:2] != key[1:]:
+            return False, None
+        return True, _thaw(entry[3]) if entry[2] else entry[3]
+
+    def put(self, path: Path, data: Any) -> None:
+        """Record a file that validated cleanly, with the data it parsed to."""
+        if self.file is None:
+            return
+        key = self._key(path)
+        if key is None:
+            return
+        frozen, tagged = _freeze(data)
+        try:
+            marshal.dumps(frozen)
+        except ValueError:
+            return  # a value marshal cannot hold: this file is simply not cached
+        self._load()[key[0]] = (key[1], key[2], tagged, frozen)
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write what changed (best effort, atomic; a read-only home is fine)."""
+        if not self._dirty or self.file is None or self._entries is None:
+            return
+        self._dirty = False
+        entries = {k: v for k, v in self._entries.items() if os.path.exists(k)}
+        if len(entries) > _MAX_ENTRIES:
+            entries = dict(list(entries.items())[-_MAX_ENTRIES:])
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps({"format": (_FORMAT, __version__), "entries": entries}))
+            os.replace(tmp, self.file)
+        except (OSError, ValueError):
+            pass
+
+
+def _cache_file() -> Path | None:
+    env = os.environ.get("DIAGNOSE_CACHE")
+    if env == "off":
+        return None
+    if env:
+        return Path(env) / "validated.marshal"
+    from .userdirs import user_cache_dir
+
+    return user_cache_dir() / "validated.marshal"
+
+
+_cache: DataCache | None = None
+
+
+def data_cache() -> DataCache:
+    """The process's cache (its location read from the environment once)."""
+    global _cache
+    if _cache is None or _cache.file != _cache_file():
+        _cache = DataCache(_cache_file())
+    return _cache

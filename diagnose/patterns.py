@@ -1,0 +1,84 @@
+"""Rule and marker patterns: which engine compiles them, and a search that cannot hang.
+
+Patterns shipped with diagnose (the package's rules/) run on Python's `re`: they compile in
+a fifth of the time the `regex` module takes, with no import, and compiling is most of a
+short scan's work. `re` has no timeout, so the suite screens every shipped pattern on
+adversarial lines of LONG_LINE characters (tests/test_patterns.py: each must finish well
+within PATTERN_TIMEOUT_S), and a longer line — rare, and where even a linear pattern's
+constant factor starts to tell — is searched with the same pattern on `regex` under the
+timeout. Patterns from the user's own files had no screening: they always run on `regex`
+under the timeout, so a pathological one costs a missed match, never a hung scan.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+PATTERN_TIMEOUT_S = 0.25
+LONG_LINE = 32 << 10  # characters: longer texts are searched under the timeout
+
+
+class PatternError(ValueError):
+    """The pattern does not compile (the message says why)."""
+
+
+class TimedPattern:
+    """A `regex` pattern whose searches give up (no match) after PATTERN_TIMEOUT_S."""
+
+    __slots__ = ("_compiled",)
+
+    def __init__(self, compiled: Any):
+        self._compiled = compiled
+
+    @property
+    def groupindex(self) -> dict[str, int]:
+        return dict(self._compiled.groupindex)
+
+    def search(self, text: str) -> Any:
+        try:
+            return self._compiled.search(text, timeout=PATTERN_TIMEOUT_S)
+        except TimeoutError:
+            return None
+
+
+class ShippedPattern:
+    """A screened pattern: `re` up to LONG_LINE characters, `regex` under the timeout beyond."""
+
+    __slots__ = ("_compiled", "_timed")
+
+    def __init__(self, pattern: str):
+        try:
+            self._compiled = re.compile(pattern)
+        except re.error as e:
+            raise PatternError(str(e)) from None
+        self._timed: TimedPattern | None = None
+
+    @property
+    def pattern(self) -> str:
+        return self._compiled.pattern
+
+    @property
+    def groupindex(self) -> dict[str, int]:
+        return dict(self._compiled.groupindex)
+
+    def search(self, text: str) -> Any:
+        if len(text) <= LONG_LINE:
+            return self._compiled.search(text)
+        if self._timed is None:
+            self._timed = _timed(self._compiled.pattern)
+        return self._timed.search(text)
+
+
+def _timed(pattern: str) -> TimedPattern:
+    import regex  # only for user patterns and over-long lines
+
+    try:
+        return TimedPattern(regex.compile(pattern))
+    except regex.error as e:
+        raise PatternError(str(e)) from None
+
+
+def compile_pattern(pattern: str, shipped: bool) -> ShippedPattern | TimedPattern:
+    """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not compile."""
+    return ShippedPattern(pattern) if shipped else _timed(pattern)
