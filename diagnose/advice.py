@@ -9,12 +9,12 @@ parallel sizes that divide the heads and fit the GPUs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from .engines import Profiles, flag_for
 from .hostports import free_port, port_holder
 from .model import Change, Finding
+from .records import record
 
 UTIL_STEP = 0.05
 UTIL_MAX = 0.95
@@ -46,7 +46,7 @@ VERIFY = {
 }
 
 
-@dataclass(slots=True)
+@record
 class Context:
     finding: Finding
     engine: str

@@ -6,7 +6,6 @@ pattern and examples that the test suite runs, like the failure rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from .datacache import data_cache
 from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_pattern as _compile
+from .records import field, record
 from .rules import _load_yaml, _read, builtin_rules_dir, compile_pattern, rule_files
 
 PROFILE_KEYS = {
@@ -34,7 +34,7 @@ MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
 
-@dataclass(slots=True)
+@record
 class Marker:
     """A needle+pattern that tells something other than a failure."""
 
@@ -62,7 +62,7 @@ class Marker:
         return self.compiled.search(text)
 
 
-@dataclass(slots=True)
+@record
 class Profile:
     engine: str
     title: str
@@ -166,7 +166,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
     return prof
 
 
-@dataclass(slots=True)
+@record
 class Profiles:
     by_engine: dict[str, Profile]
     problems: list[str]

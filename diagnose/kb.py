@@ -18,13 +18,13 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .datacache import DataCache, data_cache
 from .errors import InputError
 from .model import CLASSES, Diagnosis
+from .records import field, record
 from .rules import builtin_rules_dir
 
 ID_RE = re.compile(r"^KB-\d{4,}$")
@@ -113,7 +113,7 @@ def redact_tree(value: Any, found: dict[str, int]) -> Any:
 # --- incidents ------------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class Incident:
     data: dict[str, Any]
     path: Path
@@ -226,7 +226,7 @@ def store_dirs(explicit: list[str] | None = None) -> list[Path]:
     return [default_store()]
 
 
-@dataclass
+@record
 class KnowledgeBase:
     incidents: list[Incident] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)

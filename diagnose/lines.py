@@ -11,11 +11,11 @@ import re
 import sys
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from .errors import InputError
 from .model import Line
+from .records import record
 
 BLOCK_SIZE = 1 << 20
 # The first reads are small and double up to BLOCK_SIZE: a log's opening lines retire most
@@ -25,7 +25,7 @@ MAX_LINE = 1 << 20  # a longer line is cut, with CUT_MARKER in its place
 CUT_MARKER = b" [diagnose: line cut at 1 MiB]"
 
 
-@dataclass(slots=True)
+@record
 class Source:
     name: str  # what the report calls it: the path, or "-" for stdin
     path: str | None  # None for stdin

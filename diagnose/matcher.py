@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from .engines import Marker, Profiles
@@ -18,6 +17,7 @@ from .launch import canonical_launch, parse_repr
 from .lines import make_line
 from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent
 from .needles import make_index
+from .records import field, record
 from .rules import Rule, RuleSet
 
 TRACEBACK_START = "Traceback (most recent call last)"
@@ -49,7 +49,7 @@ DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log:
 REFIND_AFTER = 64  # candidate lines processed before a block is searched again with retired needles gone
 
 
-@dataclass(slots=True)
+@record
 class RecordedHit:
     hit: Hit
     rule: Rule | None  # None for a synthetic unknown-error hit
@@ -63,7 +63,7 @@ class RecordedHit:
     synthetic_title: str | None = None
 
 
-@dataclass
+@record
 class ScanResult:
     hits: list[RecordedHit]
     hit_counts: dict[str, int]

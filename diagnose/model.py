@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from .records import field, record
 
 # The failure taxonomy (DESIGN.md): class -> layer. Stable: JSON consumers depend on it.
 CLASS_LAYER: dict[str, str] = {
@@ -45,7 +46,7 @@ PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 OOM_PHASES = ("load", "startup", "runtime")
 
 
-@dataclass(slots=True)
+@record
 class Line:
     """One log line, with its origin and the fields split off its prefixes."""
 
@@ -77,7 +78,7 @@ class Line:
         return f"{self.source}:{self.number}"
 
 
-@dataclass(slots=True)
+@record
 class PhaseMark:
     phase: str
     line: int
@@ -89,7 +90,7 @@ class PhaseMark:
         return {"phase": self.phase, "line": self.line, "time": self.time}
 
 
-@dataclass(slots=True)
+@record
 class Hit:
     """A rule matched a line."""
 
@@ -98,7 +99,7 @@ class Hit:
     facts: dict[str, Any]
 
 
-@dataclass(slots=True)
+@record
 class TracebackEvent:
     """A Python traceback folded into one event; its evidence is the exception line."""
 
@@ -109,7 +110,7 @@ class TracebackEvent:
     explained: bool = False  # a rule matched inside it
 
 
-@dataclass(slots=True)
+@record
 class Finding:
     rule: str
     cls: str
@@ -164,7 +165,7 @@ class Finding:
         return out
 
 
-@dataclass(slots=True)
+@record
 class Change:
     """One concrete parameter change (the advice format of DESIGN.md)."""
 
@@ -186,7 +187,7 @@ class Change:
         }
 
 
-@dataclass(slots=True)
+@record
 class EngineInfo:
     name: str = "unknown"
     version: str | None = None
@@ -200,7 +201,7 @@ class EngineInfo:
         return out
 
 
-@dataclass(slots=True)
+@record
 class Diagnosis:
     source: str
     engine: EngineInfo

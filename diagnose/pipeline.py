@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .advice import advise, advise_incomplete
@@ -12,6 +11,7 @@ from .errors import InputError
 from .lines import Source, read_blocks, resolve_sources
 from .matcher import Scanner, ScanResult
 from .model import Diagnosis, Finding
+from .records import field, record
 from .rules import RuleSet, load_rules
 from .triage import build_findings, detect_engine, hang_finding, last_phase, order, status_of
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported where used: a plain scan needs neither pyparsing's
     from .device import DeviceError, DeviceSnapshot
 
 
-@dataclass
+@record
 class Knowledge:
     """Rules and engine profiles, loaded once per process."""
 

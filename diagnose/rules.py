@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from .errors import RuleError
 from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .patterns import PatternError
 from .patterns import compile_pattern as _compile
+from .records import field, record
 
 RULE_KEYS = {
     "id": "required",
@@ -34,7 +34,7 @@ ADVICE_KEYS = {"param", "to", "why"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
-@dataclass(slots=True)
+@record
 class Rule:
     id: str
     engines: list[str]
@@ -241,7 +241,7 @@ def _load_yaml(path: Path, data: bytes | None = None) -> Any:
         raise RuleError(str(path), None, None, f"cannot read: {e}") from None
 
 
-@dataclass(slots=True)
+@record
 class RuleSet:
     rules: list[Rule]
     problems: list[str]  # one line per broken rule or file that was skipped
