@@ -174,5 +174,3 @@ def test_validation_cache_trusts_only_unchanged_files(tmp_path, monkeypatch):
     (d / "mine.yaml").write_text(good.replace("(?P<user>\\w+)", "(?P<user>\\w+"))  # now broken
     third = load_rules([str(d)], include_builtin=False)
     assert third.rules == [] and "does not compile" in third.problems[0]
-
-

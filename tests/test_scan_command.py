@@ -12,7 +12,11 @@ from diagnose.scan_command import SCAN_OPTIONS, read_scan_argv
 
 from .conftest import FIXTURES, run
 
-TYPER_CLI = [sys.executable, "-c", "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli import main; main()"]
+TYPER_CLI = [
+    sys.executable,
+    "-c",
+    "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli import main; main()",
+]
 OOM_LOG = str(FIXTURES / "logs/vllm/oom-runtime-v1-fragmented.log")
 
 
@@ -43,8 +47,10 @@ def test_fast_options_are_the_typer_commands_options():
         (["--format", "json", "-"], {"files": ["-"], "fmt": "json"}),
         (["--rules", "r1", "--rules=r2", "a.log"], {"files": ["a.log"], "rules": ["r1", "r2"]}),
         (["--engine", "sglang", "--engine", "tgi", "a"], {"files": ["a"], "engine": "tgi"}),
-        (["--gpus", "smi.txt", "--config", "c.json", "--kb", "k", "--all", "x"],
-         {"files": ["x"], "gpus": "smi.txt", "config": "c.json", "kb": ["k"], "show_all": True}),
+        (
+            ["--gpus", "smi.txt", "--config", "c.json", "--kb", "k", "--all", "x"],
+            {"files": ["x"], "gpus": "smi.txt", "config": "c.json", "kb": ["k"], "show_all": True},
+        ),
     ],
 )
 def test_read_scan_argv(argv, expect):
