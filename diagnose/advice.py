@@ -9,12 +9,15 @@ parallel sizes that divide the heads and fit the GPUs.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from .engines import Profiles, flag_for
 from .hostports import free_port, port_holder
 from .model import Change, Finding
 from .records import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 UTIL_STEP = 0.05
 UTIL_MAX = 0.95

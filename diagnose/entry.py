@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
 
 from .errors import InputError, say_error
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 EXIT_USAGE = 2
 

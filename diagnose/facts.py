@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _UNITS = {
     "b": 1 / 2**30,

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 # Launch keys every engine may print under the canonical (vLLM) name.
 CANONICAL = {

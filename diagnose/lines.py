@@ -11,11 +11,14 @@ import re
 import sys
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
 
 from .errors import InputError
 from .model import Line
 from .records import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 BLOCK_SIZE = 1 << 20
 # The first reads are small and double up to BLOCK_SIZE: a log's opening lines retire most

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Protocol
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Protocol
 
-class NeedleIndex(Protocol):
-    name: str
+    class NeedleIndex(Protocol):
+        name: str
 
-    def find(self, block: bytes) -> list[tuple[int, int]] | list[tuple[int, int, int]]:
-        """(needle id, start offset[, end]) of every occurrence, overlapping ones included, by start."""
-        ...
+        def find(self, block: bytes) -> list[tuple[int, int]] | list[tuple[int, int, int]]:
+            """(needle id, start offset[, end]) of every occurrence, overlapping ones included, by start."""
+            ...
 
 
 class AhoCorasickIndex:

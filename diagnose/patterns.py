@@ -13,7 +13,10 @@ under the timeout, so a pathological one costs a missed match, never a hung scan
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 PATTERN_TIMEOUT_S = 0.25
 LONG_LINE = 32 << 10  # characters: longer texts are searched under the timeout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from .datacache import data_cache
 from .errors import RuleError
@@ -13,6 +12,10 @@ from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .patterns import PatternError
 from .patterns import compile_pattern as _compile
 from .records import field, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 RULE_KEYS = {
     "id": "required",

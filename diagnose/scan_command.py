@@ -10,9 +10,12 @@ oddity, a bad value — to the full CLI, so usage errors always read the same.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from .errors import say_warning
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_OK = 0  # ready / healthy / nothing wrong found
 EXIT_FOUND = 1  # a failure (or degradation) was found

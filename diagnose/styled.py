@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 Segment = tuple[str, str]  # (text, rich style; "" for none)
 
