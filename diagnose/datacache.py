@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import marshal
 import os
-from pathlib import Path
 
 from . import __version__
 
@@ -56,7 +55,7 @@ def _thaw(v: Any) -> Any:
 
 
 class DataCache:
-    def __init__(self, file: Path | None):
+    def __init__(self, file: str | None):
         self.file = file
         self._entries: dict[str, tuple[int, int, bool, Any]] | None = None
         self._dirty = False
@@ -66,7 +65,8 @@ class DataCache:
             self._entries = {}
             if self.file is not None:
                 try:
-                    doc = marshal.loads(self.file.read_bytes())
+                    with open(self.file, "rb") as f:
+                        doc = marshal.loads(f.read())
                     if isinstance(doc, dict) and doc.get("format") == (_FORMAT, __version__):
                         self._entries = doc["entries"]
                 except (OSError, ValueError, EOFError, TypeError, KeyError):
@@ -74,14 +74,14 @@ class DataCache:
         return self._entries
 
     @staticmethod
-    def _key(path: Path) -> tuple[str, int, int] | None:
+    def _key(path: str) -> tuple[str, int, int] | None:
         try:
             st = os.stat(path)
         except OSError:
             return None
         return os.path.abspath(path), st.st_mtime_ns, st.st_size
 
-    def get(self, path: Path) -> tuple[bool, Any]:
+    def get(self, path: str) -> tuple[bool, Any]:
         """(True, data) when the file is unchanged since it validated, else (False, None)."""
         if self.file is None:
             return False, None
@@ -91,7 +91,7 @@ class DataCache:
             return False, None
         return True, _thaw(entry[3]) if entry[2] else entry[3]
 
-    def put(self, path: Path, data: Any) -> None:
+    def put(self, path: str, data: Any) -> None:
         """Record a file that validated cleanly, with the data it parsed to."""
         if self.file is None:
             return
@@ -115,23 +115,25 @@ class DataCache:
         if len(entries) > _MAX_ENTRIES:
             entries = dict(list(entries.items())[-_MAX_ENTRIES:])
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps({"format": (_FORMAT, __version__), "entries": entries}))
+            folder, name = os.path.split(self.file)
+            os.makedirs(folder, exist_ok=True)
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(marshal.dumps({"format": (_FORMAT, __version__), "entries": entries}))
             os.replace(tmp, self.file)
         except (OSError, ValueError):
             pass
 
 
-def _cache_file() -> Path | None:
+def _cache_file() -> str | None:
     env = os.environ.get("DIAGNOSE_CACHE")
     if env == "off":
         return None
     if env:
-        return Path(env) / "validated.marshal"
+        return os.path.join(env, "validated.marshal")
     from .userdirs import user_cache_dir
 
-    return user_cache_dir() / "validated.marshal"
+    return os.path.join(user_cache_dir(), "validated.marshal")
 
 
 _cache: DataCache | None = None

@@ -6,7 +6,7 @@ pattern and examples that the test suite runs, like the failure rules.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from .datacache import data_cache
 from .errors import RuleError
@@ -183,12 +183,13 @@ class Profiles:
 
 
 def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
-    dirs = [builtin_rules_dir() / "engines"] + [Path(d) / "engines" for d in extra_dirs or []]
+    dirs = [os.path.join(builtin_rules_dir(), "engines")]
+    dirs += [os.path.join(os.path.normpath(d), "engines") for d in extra_dirs or []]
     out: dict[str, Profile] = {}
     problems: list[str] = []
     cache = data_cache()
     for d in dirs:
-        if not d.is_dir():
+        if not os.path.isdir(d):
             continue
         for path in rule_files(d):
             trusted, data = cache.get(path)

@@ -18,7 +18,6 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 from .datacache import DataCache, data_cache
 from .errors import InputError
@@ -119,7 +118,7 @@ def redact_tree(value: Any, found: dict[str, int]) -> Any:
 @record
 class Incident:
     data: dict[str, Any]
-    path: Path
+    path: str
     starter: bool = False
 
     @property
@@ -155,7 +154,7 @@ class Incident:
         return "; ".join(p for p in parts if p)
 
 
-def validate(data: Any, path: Path) -> dict[str, Any]:
+def validate(data: Any, path: str) -> dict[str, Any]:
     """One-line errors naming the file and the field."""
     if not isinstance(data, dict):
         raise InputError(f"{path}: an incident must be a YAML mapping")
@@ -184,7 +183,7 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_incident(p: Path, cache: DataCache) -> dict[str, Any]:
+def _read_incident(p: str, cache: DataCache) -> dict[str, Any]:
     """One incident file, validated; from the cache when unchanged since it last validated."""
     hit, data = cache.get(p)
     if hit:
@@ -206,27 +205,40 @@ def _dump(data: Any, sort_keys: bool = False) -> str:
     return yaml.safe_dump(data, sort_keys=sort_keys, allow_unicode=True, width=100)  # type: ignore[no-any-return]
 
 
-def starter_dir() -> Path:
-    return builtin_rules_dir() / "kb"
+# Paths here are strings (os.path): the store is read on every failed scan, and pathlib's
+# import costs more than the reading.
 
 
-def default_store() -> Path:
+def starter_dir() -> str:
+    return os.path.join(builtin_rules_dir(), "kb")
+
+
+def default_store() -> str:
     env = os.environ.get("DIAGNOSE_KB")
     if env:
-        return Path(env.split(os.pathsep)[0])
+        return os.path.normpath(env.split(os.pathsep)[0])
     from .userdirs import user_data_dir
 
-    return user_data_dir() / "kb"
+    return os.path.join(user_data_dir(), "kb")
 
 
-def store_dirs(explicit: list[str] | None = None) -> list[Path]:
+def store_dirs(explicit: list[str] | None = None) -> list[str]:
     """Writable-first list of stores: --kb DIRs, else DIAGNOSE_KB (os.pathsep list), else the user's."""
     if explicit:
-        return [Path(d) for d in explicit]
+        return [os.path.normpath(d) for d in explicit]
     env = os.environ.get("DIAGNOSE_KB")
     if env:
-        return [Path(d) for d in env.split(os.pathsep) if d]
+        return [os.path.normpath(d) for d in env.split(os.pathsep) if d]
     return [default_store()]
+
+
+def _yaml_files(directory: str) -> list[str]:
+    """*.yaml and *.yml in the directory (hidden ones skipped, as a shell glob does), sorted."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
 
 
 @record
@@ -235,15 +247,16 @@ class KnowledgeBase:
     problems: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, dirs: list[Path], starter: bool = True) -> KnowledgeBase:
+    def load(cls, dirs: list[str], starter: bool = True) -> KnowledgeBase:
         kb = cls()
         cache = data_cache()
         seen: set[str] = set()
         layers = [(d, False) for d in dirs] + ([(starter_dir(), True)] if starter else [])
         for d, is_starter in layers:
-            if not d.is_dir():
+            d = os.fspath(d)
+            if not os.path.isdir(d):
                 continue
-            for p in sorted(d.glob("*.y*ml")):
+            for p in _yaml_files(d):
                 try:
                     data = _read_incident(p, cache)
                 except InputError as e:
@@ -361,10 +374,10 @@ def similarity(
 
 
 @contextlib.contextmanager
-def locked(store: Path) -> Iterator[None]:
+def locked(store: str) -> Iterator[None]:
     """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost."""
-    store.mkdir(parents=True, exist_ok=True)
-    with open(store / ".lock", "a+") as lf:
+    os.makedirs(store, exist_ok=True)
+    with open(os.path.join(store, ".lock"), "a+") as lf:
         fcntl.flock(lf, fcntl.LOCK_EX)
         try:
             yield
@@ -372,8 +385,9 @@ def locked(store: Path) -> Iterator[None]:
             fcntl.flock(lf, fcntl.LOCK_UN)
 
 
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def atomic_write(path: str, text: str) -> None:
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -381,19 +395,20 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def next_id(store: Path) -> str:
-    nums = [int(m.group(1)) for p in store.glob("KB-*.yaml") if (m := re.match(r"KB-(\d+)\.yaml$", p.name))]
+def next_id(store: str) -> str:
+    nums = [int(m.group(1)) for n in os.listdir(store) if (m := re.match(r"KB-(\d+)\.yaml$", n))]
     return f"KB-{(max(nums) + 1 if nums else 1):04d}"
 
 
-def add_incident(store: Path, data: dict[str, Any]) -> tuple[str, dict[str, int]]:
+def add_incident(store: str | os.PathLike[str], data: dict[str, Any]) -> tuple[str, dict[str, int]]:
     """Redact, fingerprint, validate and write one incident under a fresh id."""
+    store = os.fspath(store)
     found: dict[str, int] = {}
     data = redact_tree(data, found)
     with locked(store):
         iid = next_id(store)
         data = {"id": iid, **{k: v for k, v in data.items() if k != "id"}}
-        path = store / f"{iid}.yaml"
+        path = os.path.join(store, f"{iid}.yaml")
         validate(data, path)
         atomic_write(path, _dump(data))
     return iid, found

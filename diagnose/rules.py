@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from .datacache import data_cache
 from .errors import RuleError
@@ -63,11 +62,11 @@ class Rule:
         return self.compiled.search(text)
 
 
-def builtin_rules_dir() -> Path:
+def builtin_rules_dir() -> str:
     """rules/ inside the installed package (the wheel ships it there), or at the top of the source tree."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "rules"
-    return packaged if packaged.is_dir() else here.parent / "rules"
+    here = os.path.dirname(os.path.realpath(__file__))
+    packaged = os.path.join(here, "rules")
+    return packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(here), "rules")
 
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
@@ -220,14 +219,15 @@ def check_examples(rule: Rule) -> tuple[str, str] | None:
     return None
 
 
-def _read(path: Path) -> bytes:
+def _read(path: str) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as f:
+            return f.read()
     except OSError as e:
         raise RuleError(str(path), None, None, f"cannot read: {e}") from None
 
 
-def _load_yaml(path: Path, data: bytes | None = None) -> Any:
+def _load_yaml(path: str, data: bytes | None = None) -> Any:
     import yaml  # only for files the cache does not hold (datacache.py)
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
@@ -256,27 +256,33 @@ class RuleSet:
         return None
 
 
-def rule_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("*.y*ml") if p.is_file())
+def rule_files(directory: str) -> list[str]:
+    """The directory's YAML files (*.yaml, *.yml; hidden ones skipped, as a shell glob does), sorted."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    paths = (os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
+    return sorted(p for p in paths if os.path.isfile(p))
 
 
 def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True) -> RuleSet:
     """Load every rule file; a broken rule is reported and skipped, the rest still used."""
-    dirs: list[Path] = []
+    dirs: list[str] = []
     builtin = builtin_rules_dir()
     if include_builtin:
         dirs.append(builtin)
     for d in extra_dirs or []:
-        dirs.append(Path(d))
+        dirs.append(os.path.normpath(d))
     env = os.environ.get("DIAGNOSE_RULES")
     if env:
-        dirs.extend(Path(p) for p in env.split(os.pathsep) if p)
+        dirs.extend(os.path.normpath(p) for p in env.split(os.pathsep) if p)
     rules: list[Rule] = []
     problems: list[str] = []
     seen: dict[str, str] = {}
     cache = data_cache()
     for d in dirs:
-        if not d.is_dir():
+        if not os.path.isdir(d):
             problems.append(f"{d}: rules directory not found")
             continue
         for path in rule_files(d):

@@ -2,33 +2,33 @@
 
 On Linux these are the XDG directories, computed here: importing platformdirs for them cost
 a few milliseconds of every cold start. Elsewhere platformdirs knows the platform's rules.
+Paths are strings (os.path): pathlib's import is another few milliseconds of every scan.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 APP = "diagnose"
 
 
-def _xdg(var: str, default: str) -> Path:
+def _xdg(var: str, default: str) -> str:
     value = os.environ.get(var, "").strip()
-    return Path(value if value else os.path.expanduser(default)) / APP
+    return os.path.join(value if value else os.path.expanduser(default), APP)
 
 
-def user_cache_dir() -> Path:
+def user_cache_dir() -> str:
     if sys.platform.startswith("linux"):
         return _xdg("XDG_CACHE_HOME", "~/.cache")
     from platformdirs import user_cache_dir as platform_cache
 
-    return Path(platform_cache(APP))
+    return str(platform_cache(APP))
 
 
-def user_data_dir() -> Path:
+def user_data_dir() -> str:
     if sys.platform.startswith("linux"):
         return _xdg("XDG_DATA_HOME", "~/.local/share")
     from platformdirs import user_data_dir as platform_data
 
-    return Path(platform_data(APP))
+    return str(platform_data(APP))
