@@ -71,23 +71,23 @@ def template(line: str) -> str:
     return re.sub(r"\s+", " ", t)[:300]
 
 
+# Compiled when a redaction first needs them (re caches them): only `kb add` does.
 _SECRETS = [
-    ("huggingface token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),
-    ("api key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}\b")),
-    ("bearer token", re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")),
-    ("password in url", re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)")),
+    ("huggingface token", r"\bhf_[A-Za-z0-9]{20,}\b"),
+    ("api key", r"\bsk-[A-Za-z0-9_-]{16,}\b"),
+    ("bearer token", r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    ("password in url", r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
     (
         "api key",
-        re.compile(
-            r"(?i)((?:api[_-]?key|token|secret|password)['\"]?\s*[=:]\s*['\"]?)(?!<redacted)[^\s'\",)]{4,}"
-        ),
+        r"(?i)((?:api[_-]?key|token|secret|password)['\"]?\s*[=:]\s*['\"]?)(?!<redacted)[^\s'\",)]{4,}",
     ),
-    ("api key", re.compile(r"(?i)(--(?:api-key|hf-token|token)[= ])(?!<redacted)\S+")),
+    ("api key", r"(?i)(--(?:api-key|hf-token|token)[= ])(?!<redacted)\S+"),
 ]
 
 
 def redact(text: str, found: dict[str, int]) -> str:
-    for kind, pat in _SECRETS:
+    for kind, source in _SECRETS:
+        pat = re.compile(source)
 
         def sub(m: re.Match[str], kind: str = kind) -> str:
             found[kind] = found.get(kind, 0) + 1

@@ -9,7 +9,6 @@ dicts, calls and None/True: a backtracking reader handles them where string spli
 from __future__ import annotations
 
 import re
-import shlex
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -263,6 +262,8 @@ def read_dump(kind: str, text: str) -> dict[str, Any]:
 
 def _parse_command_line(text: str) -> dict[str, Any]:
     try:
+        import shlex  # command lines only
+
         words = shlex.split(text)
     except ValueError:
         words = text.split()

@@ -49,7 +49,9 @@ ENGINE_DECIDED = 30  # detection evidence after which other engines' markers sto
 VARIANT_DECIDED = 20
 RULE_EVIDENCE_WEIGHT = 3
 DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log: scanning speed wins)
-REFIND_AFTER = 64  # candidate lines processed before a block is searched again with retired needles gone
+# Retired needles stay in the index until they have cost this many needless candidate lines:
+# then a rebuild (about a millisecond) pays for itself, and the rest of the block is searched again.
+REFIND_AFTER = 64
 
 
 @record
@@ -126,6 +128,7 @@ class Scanner:
         self._fed = 0  # bytes fed so far
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
         self._builds = 0
+        self._wasted = 0  # candidate lines since the last build that only retired needles brought
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
@@ -197,10 +200,16 @@ class Scanner:
         ]
         self._index_needles = live
         self._builds += 1
+        self._wasted = 0
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
         self._dfa = self._fed >= DFA_AFTER
         self._index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
         self._index_dirty = False
+
+    def _live(self, needle: str) -> bool:
+        """Does this needle still lead to something (a structure needle always does)?"""
+        hs = self._by_needle.get(needle)
+        return not hs or any(id(h) not in self._retired for h in hs)
 
     def retire(self, handler: Any) -> None:
         if id(handler) in self._retired:
@@ -221,7 +230,11 @@ class Scanner:
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
-        if self._index_dirty or (not self._dfa and self._fed >= DFA_AFTER):
+        if (
+            self._index is None
+            or (self._index_dirty and self._wasted >= REFIND_AFTER)
+            or (not self._dfa and self._fed >= DFA_AFTER)
+        ):
             self._build_index()
         self._fed += len(block)
         base = self.lineno  # lines before this block
@@ -229,7 +242,6 @@ class Scanner:
         matches = self._index.find(block)
         needles = self._index_needles
         pos = 0  # first byte not yet accounted for in self.lineno
-        processed = 0  # candidate lines since the index was last rebuilt
         i, nm = 0, len(matches)
         while i < nm:
             nid, start_of_match = matches[i][0], matches[i][1]
@@ -247,6 +259,8 @@ class Scanner:
                 found.add(needles[matches[i][0]])
                 i += 1
             self.lineno += block.count(b"\n", pos, start) + 1
+            if self._index_dirty and not any(self._live(x) for x in found):
+                self._wasted += 1
             self._block, self._line_start = block, start
             self._process(block[start:end], found)
             pos = end + 1
@@ -256,11 +270,8 @@ class Scanner:
                 self.lineno += 1
                 self._process(block[pos:end], set())
                 pos = end + 1
-            processed += 1
-            if self._index_dirty and pos < n and processed >= REFIND_AFTER:
+            if self._index_dirty and pos < n and self._wasted >= REFIND_AFTER:
                 # markers retired mid-block: search the rest with the smaller set of needles
-                # (not after every retirement: at startup they come in bursts)
-                processed = 0
                 self._build_index()
                 needles = self._index_needles
                 matches = [(m[0], m[1] + pos) for m in self._index.find(block[pos:])]
