@@ -8,9 +8,8 @@ from typing import Any
 
 import pyparsing as pp
 
-
-class _Raw(str):
-    """A value the grammar kept as text (an expression it does not model)."""
+# the same raw-text marker and Some(x) unwrapping as the reader, so results compare equal
+from diagnose.launch import _Raw, _unwrap
 
 
 @lru_cache(maxsize=1)
@@ -64,15 +63,6 @@ def _grammar() -> dict[str, pp.ParserElement]:
 
 def _key(k: Any) -> str:
     return str(k)
-
-
-def _unwrap(v: Any) -> Any:
-    # Rust Some(x) parses as a call {"_": x}
-    if isinstance(v, dict) and set(v) == {"_"}:
-        return _unwrap(v["_"])
-    if isinstance(v, _Raw):
-        return str(v)
-    return v
 
 
 def parse_with_grammar(kind: str, text: str) -> dict[str, Any]:
