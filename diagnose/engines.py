@@ -13,7 +13,7 @@ from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_pattern as _compile
 from .records import field, record
-from .rules import _load_yaml, _read, builtin_rules_dir, compile_pattern, rule_files
+from .rules import _load_yaml, _read, builtin_rules_dir, compile_pattern, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
     for d in dirs:
         if not os.path.isdir(d):
             continue
-        for path in rule_files(d):
+        for path in yaml_files(d):
             trusted, data = cache.get(path)
             try:
                 if not trusted:

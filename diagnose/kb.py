@@ -23,7 +23,7 @@ from .datacache import DataCache, data_cache
 from .errors import InputError
 from .model import CLASSES, Diagnosis
 from .records import field, record
-from .rules import builtin_rules_dir
+from .rules import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -232,15 +232,6 @@ def store_dirs(explicit: list[str] | None = None) -> list[str]:
     return [default_store()]
 
 
-def _yaml_files(directory: str) -> list[str]:
-    """*.yaml and *.yml in the directory (hidden ones skipped, as a shell glob does), sorted."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return sorted(os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
-
-
 @record
 class KnowledgeBase:
     incidents: list[Incident] = field(default_factory=list)
@@ -256,7 +247,7 @@ class KnowledgeBase:
             d = os.fspath(d)
             if not os.path.isdir(d):
                 continue
-            for p in _yaml_files(d):
+            for p in yaml_files(d):
                 try:
                     data = _read_incident(p, cache)
                 except InputError as e:

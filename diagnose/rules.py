@@ -256,7 +256,7 @@ class RuleSet:
         return None
 
 
-def rule_files(directory: str) -> list[str]:
+def yaml_files(directory: str) -> list[str]:
     """The directory's YAML files (*.yaml, *.yml; hidden ones skipped, as a shell glob does), sorted."""
     try:
         names = os.listdir(directory)
@@ -285,7 +285,7 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
         if not os.path.isdir(d):
             problems.append(f"{d}: rules directory not found")
             continue
-        for path in rule_files(d):
+        for path in yaml_files(d):
             trusted, data = cache.get(path)
             if not trusted:
                 try:
