@@ -129,6 +129,7 @@ class Scanner:
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
         self._builds = 0
         self._wasted = 0  # candidate lines since the last build that only retired needles brought
+        self._lacking = False  # revived handlers whose needles the index no longer holds
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
         self._track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
@@ -201,6 +202,7 @@ class Scanner:
         self._index_needles = live
         self._builds += 1
         self._wasted = 0
+        self._lacking = False
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
         self._dfa = self._fed >= DFA_AFTER
         self._index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
@@ -226,12 +228,14 @@ class Scanner:
             if m.what in ("phases", "observe") and id(m) in self._retired:
                 self._retired.discard(id(m))
                 self._index_dirty = True
+                self._lacking = True  # the next line may already be the new run's: rebuild now
         self._track = {}
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
         if (
             self._index is None
+            or self._lacking
             or (self._index_dirty and self._wasted >= REFIND_AFTER)
             or (not self._dfa and self._fed >= DFA_AFTER)
         ):
@@ -270,8 +274,8 @@ class Scanner:
                 self.lineno += 1
                 self._process(block[pos:end], set())
                 pos = end + 1
-            if self._index_dirty and pos < n and self._wasted >= REFIND_AFTER:
-                # markers retired mid-block: search the rest with the smaller set of needles
+            if pos < n and (self._lacking or (self._index_dirty and self._wasted >= REFIND_AFTER)):
+                # markers revived (a restart), or retired ones wasting time: search the rest anew
                 self._build_index()
                 needles = self._index_needles
                 matches = [(m[0], m[1] + pos) for m in self._index.find(block[pos:])]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from diagnose.lines import Source
 from diagnose.pipeline import diagnose, scan_sources
 
+from .conftest import FIXTURES
+
 
 def run(tmp_path, know, text: str, engine: str | None = None):
     p = tmp_path / "serve.log"
@@ -142,3 +144,19 @@ def test_server_restart_keeps_only_the_last_run_fatal(tmp_path, know):
     )
     d = run(tmp_path, know, run1 + run2)
     assert d.status == "degraded" and d.primary.severity == "warning" and "earlier run" in d.primary.note
+
+
+def test_a_restart_after_a_long_serving_run_sees_the_new_runs_phases(tmp_path, know):
+    """Markers retired in the first run (and dropped from the needle index after thousands of
+    request lines) are searched again from the restart on."""
+    log = (FIXTURES / "logs/vllm/restart-after-oom.log").read_text().splitlines(keepends=True)
+    healthy, crashing = log[25:], log[:24]  # the fixture's second (healthy) run, then its first
+    requests = [
+        f'INFO:     10.0.3.17:{41000 + i % 9000} - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        for i in range(4000)
+    ]
+    d = run(tmp_path, know, "".join(healthy + requests + crashing))
+    assert d.status == "failed" and d.primary.cls == "oom"
+    assert d.primary.oom_phase == "startup" and d.primary.phase_inferred is None
+    phases = [m.phase for m in d.timeline]
+    assert "load_weights" in phases and "kv_cache" in phases
