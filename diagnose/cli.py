@@ -13,8 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .entry import run_guarded
-from .errors import InputError
-from .scan_command import EXIT_FOUND, EXIT_OK, EXIT_USAGE, load_kb, load_knowledge, run_scan
+from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError
+from .scan_command import load_kb, load_knowledge, run_scan
 
 app = typer.Typer(
     help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",

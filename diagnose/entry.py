@@ -11,13 +11,11 @@ import os
 import sys
 from collections.abc import Callable
 
-from .errors import InputError, say_error
+from .errors import EXIT_USAGE, InputError, say_error
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import NoReturn
-
-EXIT_USAGE = 2
 
 
 def run_guarded(command: Callable[[], int]) -> NoReturn:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import sys
 
+# Exit codes, in one place.
+EXIT_OK = 0  # ready / healthy / nothing wrong found
+EXIT_FOUND = 1  # a failure (or degradation) was found
+EXIT_USAGE = 2  # usage or input error
+
 
 class InputError(Exception):
     """Bad input (file, stdin, rule, config). Exit code 2."""

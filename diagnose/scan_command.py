@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import sys
 
-from .errors import say_warning
+from .errors import EXIT_FOUND, EXIT_OK, say_warning
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
-
-EXIT_OK = 0  # ready / healthy / nothing wrong found
-EXIT_FOUND = 1  # a failure (or degradation) was found
-EXIT_USAGE = 2  # usage or input error
 
 ENGINES = ("vllm", "sglang", "tgi", "generic")
 FORMATS = ("text", "json", "markdown")
