@@ -14,7 +14,7 @@ from rich.text import Text
 
 from .entry import run_guarded
 from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError
-from .scan_command import load_kb, load_knowledge, run_scan
+from .scan_command import ENGINES, load_kb, load_knowledge, run_scan
 
 app = typer.Typer(
     help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",
@@ -72,7 +72,7 @@ def scan(
 ) -> None:
     """Read a server log and say what failed, when, and the next change to make."""
     # the same checks as scan_command.read_scan_argv, which hands these cases here
-    if engine and engine not in ("vllm", "sglang", "tgi", "generic"):
+    if engine and engine not in ENGINES:
         raise typer.BadParameter(f"unknown engine {engine!r}", param_hint="--engine")
     if not files and sys.stdin is not None and sys.stdin.isatty():
         raise typer.BadParameter(
