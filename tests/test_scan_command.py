@@ -151,3 +151,10 @@ def test_plain_text_is_what_rich_prints_without_a_terminal():
 def test_json_of_the_fast_path_is_schema_1(cli):
     doc = json.loads(run([*cli, "scan", "--json", OOM_LOG]).stdout)
     assert doc["schema"] == 1
+
+
+def test_colour_only_when_asked_for_on_a_pipe(cli):
+    plain = run([*cli, "scan", OOM_LOG], env={"NO_COLOR": "", "FORCE_COLOR": ""})
+    forced = run([*cli, "scan", OOM_LOG], env={"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert b"\x1b[" not in plain.stdout and b"\x1b[" in forced.stdout
+    assert forced.returncode == plain.returncode == 1
