@@ -127,7 +127,6 @@ class Scanner:
         self._want_progress = False
         self._fed = 0  # bytes fed so far
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
-        self._builds = 0
         self._wasted = 0  # candidate lines since the last build that only retired needles brought
         self._lacking = False  # revived handlers whose needles the index no longer holds
         self._block = b""  # the block being fed, and where the current line starts in it
@@ -200,7 +199,6 @@ class Scanner:
             n for n in self._observe_only if any(id(h) not in self._retired for h in self._by_needle[n])
         ]
         self._index_needles = live
-        self._builds += 1
         self._wasted = 0
         self._lacking = False
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
