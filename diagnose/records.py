@@ -50,6 +50,8 @@ def record(cls: type[T]) -> type[T]:
     if cls.__bases__ != (object,):
         raise TypeError(f"{cls.__name__}: a record does not inherit")
     names = list(cls.__annotations__)  # its own: a record has no bases (checked above)
+    if any("ClassVar" in str(cls.__annotations__[n]) for n in names):
+        raise TypeError(f"{cls.__name__}: a record has no ClassVar fields (use a plain constant)")
     params: list[str] = []
     lines: list[str] = []
     env: dict[str, Any] = {"_MISSING": _MISSING}

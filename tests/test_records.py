@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from typing import ClassVar
 
 import pytest
 
@@ -61,6 +62,13 @@ def test_record_rejects_what_it_does_not_model():
         class Bad:
             a: int = 1
             b: int
+
+    with pytest.raises(TypeError, match="ClassVar"):
+
+        @record
+        class WithClassVar:
+            a: int
+            limit: ClassVar[int] = 3
 
     class Base:
         pass
