@@ -13,7 +13,7 @@ from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_pattern as _compile
 from .records import field, record
-from .rules import _load_yaml, _read, builtin_rules_dir, compile_pattern, yaml_files
+from .rules import _load_yaml, builtin_rules_dir, compile_pattern, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -195,8 +195,8 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
             trusted, data = cache.get(path)
             try:
                 if not trusted:
-                    data = _load_yaml(path, _read(path))
-                prof = parse_profile(data, str(path), trusted, shipped=d == dirs[0])
+                    data = _load_yaml(path)
+                prof = parse_profile(data, path, trusted, shipped=d == dirs[0])
             except RuleError as e:
                 problems.append(str(e))
                 continue

@@ -219,29 +219,19 @@ def check_examples(rule: Rule) -> tuple[str, str] | None:
     return None
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise RuleError(str(path), None, None, f"cannot read: {e}") from None
-
-
-def _load_yaml(path: str, data: bytes | None = None) -> Any:
+def _load_yaml(path: str) -> Any:
     import yaml  # only for files the cache does not hold (datacache.py)
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
     try:
-        if data is not None:
-            return yaml.load(data.decode("utf-8"), Loader=loader)
         with open(path, encoding="utf-8") as f:
             return yaml.load(f, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise RuleError(str(path), None, None, f"not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        raise RuleError(path, None, None, f"not valid YAML{where}: {getattr(e, 'problem', e)}") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise RuleError(str(path), None, None, f"cannot read: {e}") from None
+        raise RuleError(path, None, None, f"cannot read: {e}") from None
 
 
 @record
@@ -289,7 +279,7 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
             trusted, data = cache.get(path)
             if not trusted:
                 try:
-                    data = _load_yaml(path, _read(path))
+                    data = _load_yaml(path)
                 except RuleError as e:
                     problems.append(str(e))
                     continue
@@ -301,7 +291,7 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
             clean = True
             for i, raw in enumerate(data):
                 try:
-                    rule = parse_rule(raw, str(path), i, trusted, shipped=d == builtin)
+                    rule = parse_rule(raw, path, i, trusted, shipped=d == builtin)
                 except (RuleError, UnicodeDecodeError) as e:
                     problems.append(str(e))
                     clean = False
@@ -311,7 +301,7 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
                         f"{path}: rule {rule.id}: field 'id': duplicate (first in {seen[rule.id]})"
                     )
                     continue
-                seen[rule.id] = str(path)
+                seen[rule.id] = path
                 rules.append(rule)
             if clean and not trusted:
                 cache.put(path, data)
