@@ -467,7 +467,7 @@ def kb_export(
 
     import yaml
 
-    from .kb import atomic_write
+    from .atomic import atomic_write
 
     base = load_kb(kb)
     bundle = yaml.safe_dump_all(

@@ -15,6 +15,7 @@ import marshal
 import os
 
 from . import __version__
+from .atomic import atomic_write
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -115,12 +116,8 @@ class DataCache:
         if len(entries) > _MAX_ENTRIES:
             entries = dict(list(entries.items())[-_MAX_ENTRIES:])
         try:
-            folder, name = os.path.split(self.file)
-            os.makedirs(folder, exist_ok=True)
-            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(marshal.dumps({"format": (_FORMAT, __version__), "entries": entries}))
-            os.replace(tmp, self.file)
+            os.makedirs(os.path.dirname(self.file), exist_ok=True)
+            atomic_write(self.file, marshal.dumps({"format": (_FORMAT, __version__), "entries": entries}))
         except (OSError, ValueError):
             pass
 

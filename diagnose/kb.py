@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Iterator
 
+from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
 from .model import CLASSES, Diagnosis
@@ -374,16 +375,6 @@ def locked(store: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lf, fcntl.LOCK_UN)
-
-
-def atomic_write(path: str, text: str) -> None:
-    folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def next_id(store: str) -> str:

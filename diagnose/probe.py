@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from .atomic import atomic_write
 from .errors import InputError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -394,9 +395,7 @@ def save_baseline(res: ProbeResult, path: str) -> None:
         "tokens_per_s": _r(res.tokens_per_s),
         "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    tmp = Path(path + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)  # atomic: a crash never leaves half a baseline
+    atomic_write(path, json.dumps(data, indent=2) + "\n")
 
 
 def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:
