@@ -776,8 +776,6 @@ def _run_app() -> int:
         return int(e.exit_code)
     except typer.Abort:
         raise KeyboardInterrupt from None
-    except InputError:
-        raise
     except Exception as e:
         if hasattr(e, "show") and hasattr(e, "exit_code"):
             # click's usage errors (typer vendors click in recent releases)

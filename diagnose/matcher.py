@@ -190,11 +190,7 @@ class Scanner:
         return None
 
     def _build_index(self) -> None:
-        live = [
-            n
-            for n, hs in self._by_needle.items()
-            if (not hs or any(id(h) not in self._retired for h in hs)) and n not in self._observe_only
-        ]
+        live = [n for n in self._by_needle if n not in self._observe_only and self._live(n)]
         self._observe_live = [
             n for n in self._observe_only if any(id(h) not in self._retired for h in self._by_needle[n])
         ]
