@@ -82,6 +82,8 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
     is skipped without being held in memory. Reads start at FIRST_BLOCK and double.
     """
     f = _open(source)
+    gz = sys.modules.get("gzip")  # imported by _open only for a compressed log
+    corrupt: tuple[type[BaseException], ...] = (EOFError, zlib.error) + ((gz.BadGzipFile,) if gz else ())
     carry = b""
     skipping = False  # inside the unread tail of an over-long line
     first = True
@@ -92,12 +94,9 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
             try:
                 chunk = f.read(size)
                 size = min(size * 2, block_size)
-            except (EOFError, zlib.error) as e:
+            except corrupt as e:
                 raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
             except OSError as e:
-                gz = sys.modules.get("gzip")  # imported only if a compressed log was opened
-                if gz is not None and isinstance(e, gz.BadGzipFile):
-                    raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
                 raise InputError(f"{source.name}: read error: {e.strerror or e}") from None
             if first:
                 first = False
