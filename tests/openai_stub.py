@@ -21,9 +21,13 @@ MODES = (
 
 
 class Stub:
-    def __init__(self, mode: str = "good", delay: float = 0.0):
+    def __init__(self, mode: str = "good", delay: float = 0.0, first_byte: float = 0.0, pace: float = 0.005):
+        """`first_byte` and `pace` (seconds before a response, between streamed pieces) make timings
+        steady enough to compare two runs: a bare loopback answer is a few noisy milliseconds."""
         self.mode = mode
         self.delay = delay
+        self.first_byte = first_byte
+        self.pace = pace
         self.requests = 0
         stub = self
 
@@ -56,6 +60,7 @@ class Stub:
 
             def do_POST(self) -> None:
                 stub.requests += 1
+                time.sleep(stub.first_byte)
                 n = int(self.headers.get("Content-Length", "0"))
                 req = json.loads(self.rfile.read(n) or b"{}")
                 mode = stub.mode
@@ -118,7 +123,7 @@ class Stub:
                     ev = {"choices": [{"index": 0, "text": p, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(ev, ensure_ascii=False)}\n\n".encode())
                     self.wfile.flush()
-                    time.sleep(0.005)
+                    time.sleep(stub.pace)
                 usage = {
                     "prompt_tokens": 2,
                     "completion_tokens": len(pieces),

@@ -98,7 +98,7 @@ def test_baseline_roundtrip_and_regression(tmp_path):
 
 
 def test_cli_json_and_exit_codes(cli, tmp_path):
-    with Stub("good") as s:
+    with Stub("good", first_byte=0.2, pace=0.05) as s:  # steady timings: the second run compares to the first
         p = subprocess.run(
             [*cli, "probe", s.url, "--json", "--save-baseline", str(tmp_path / "b.json")],
             capture_output=True,
