@@ -188,6 +188,9 @@ _LEVEL_NORMAL = {
     "I": "INFO",
     "F": "CRITICAL",
     "TRACE": "DEBUG",
+    "D": "DEBUG",
+    "T": "DEBUG",
+    "V": "DEBUG",
 }
 
 # Each prefix pattern is anchored and consumes one layer; the splitter loops over them so
@@ -207,10 +210,34 @@ _PREFIXES: list[re.Pattern[str]] = [
         r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[.,]\d+) (?P<lv1>[IWEF]) (?P<pid>\d+) \d+\]\s+"
         r"(?P<loc>[\w./-]+:\d+):\s?"
     ),
-    # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets)
+    # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets, LMDeploy's " - ")
     re.compile(
         r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"
-        r"(?:\s+|\s*\|\s*|\s+-\s+)"
+        r"(?:\s+-\s+|\s*\|\s*|\s+)"
+    ),
+    # journald: "Feb 03 10:11:12 host ollama[1234]: "
+    re.compile(r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"),
+    # Go slog (Ollama server and runner): time=… level=INFO source=server.go:104 msg=
+    re.compile(
+        r"time=(?P<ts>\d{4}-\d{2}-\d{2}T[\d:.]+(?:Z|[+-]\d{2}:?\d{2})?) level=(?P<level>[A-Z]+)"
+        r"(?: source=(?P<loc>[\w./-]+:\d+))? msg="
+    ),
+    # Go stdlib log (Ollama's first line, the runner's "Server listening"): 2024/10/17 12:00:00 routes.go:1158:
+    re.compile(r"(?P<ts>\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? (?:(?P<loc>[\w.]+\.go:\d+): )?"),
+    # llama.cpp common_log with prefix and timestamps (minutes since start): "0.00.321.514 E "
+    re.compile(r"\d+\.\d{2}\.\d{3}\.\d{3} (?P<lv1>[IWEDT]) "),
+    # TensorRT-LLM Python: "[07/08/2025-19:47:15] " then "[TRT-LLM] [RANK 1] [E] "
+    re.compile(r"\[(?P<ts>\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\]\s+"),
+    re.compile(
+        r"\[TRT-LLM\]\s*(?:\[(?:RANK|MPI_Rank) (?P<rank>\d+)\]\s*)?\[(?P<lv1>[VDIWEF])\]\s*"
+        r"(?:\[[\w ]{8}\]\s)?(?:\[RANK \d+\]\s)?"
+    ),
+    # TensorRT-LLM C++ (old): "[TensorRT-LLM][ERROR] ", "[TensorRT-LLM][INFO][3] "
+    re.compile(r"\[TensorRT-LLM\]\[(?P<level>[A-Z]+)\](?:\[(?P<rank>\d+)\])?\s*"),
+    # TurboMind: "[TM][ERROR] ", "[TM][INFO][0] ", "[TM][INFO][0521.10:03:57.911020][turbomind.cc:12] "
+    re.compile(
+        r"\[(?:TM|FT)\]\[(?P<level>[A-Z]+)\](?:\[(?P<rank>\d+)\])?"
+        r"(?:\[\d{4}\.[\d:.]+\])?(?:\[(?P<loc>[\w.]+:\d+)\])?\s*"
     ),
     # vLLM process prefix: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839) (pid=12, ip=…)
     re.compile(r"\((?P<proc>[A-Za-z_][^()]*?)?,?\s?pid=(?P<pid>\d+)(?:,\s*ip=[^)]*)?\)\s?"),
@@ -225,7 +252,10 @@ _PREFIXES: list[re.Pattern[str]] = [
     re.compile(r"(?P<lv1>[IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<pid>\d+)\s+(?P<loc>[^\]\s]+:\d+)\]\s?"),
     # uvicorn: "INFO:     " ; loguru / logging: "INFO | ", "| INFO     | ", "- ERROR - "
     re.compile(r"(?P<level>" + _LEVELS + r"):\s+"),
-    re.compile(r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"),
+    re.compile(
+        r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"
+        r"(?:\[pid=\d+ ppid=\d+\] - )?(?:(?P<loc>[\w./-]+\.py:\d+) - )?"
+    ),
     # TGI tracing after its timestamp: " INFO shard-manager: text_generation_launcher: "
     re.compile(
         r"\s*(?P<level>"

@@ -30,13 +30,22 @@ class Knowledge:
 
     @classmethod
     def load(cls, extra_dirs: list[str] | None = None) -> Knowledge:
-        rules = load_rules(extra_dirs)
         profiles = load_profiles(extra_dirs)
+        rules = load_rules(extra_dirs, known_engines=set(profiles.by_engine))
         if not rules.rules:
             raise InputError(
                 "no usable rules: " + ("; ".join(rules.problems) or "the rules directory is empty")
             )
         return cls(rules, profiles, rules.problems + profiles.problems)
+
+    @property
+    def engines(self) -> list[str]:
+        """The engines this installation knows: one per profile (rules/engines/*.yaml)."""
+        return sorted(self.profiles.by_engine)
+
+    def check_engine(self, engine: str | None) -> None:
+        if engine is not None and engine not in self.profiles.by_engine:
+            raise InputError(f"unknown engine {engine!r} (known: {', '.join(self.engines)})")
 
 
 def scan_sources(

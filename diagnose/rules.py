@@ -31,7 +31,7 @@ RULE_KEYS = {
     "oom_phase": "optional",
     "scope": "optional",
 }
-ENGINES = {"vllm", "sglang", "tgi", "generic", "any"}
+ANY_ENGINE = "any"  # a rule for every engine; the other names are the engine profiles (rules/engines/)
 ADVICE_KEYS = {"param", "to", "why"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
@@ -78,6 +78,16 @@ def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
+def check_engines(engines: list[str], path: str, label: str, known: set[str] | None) -> None:
+    """Engine names are profile names (or `any`); without the profiles at hand, their form only."""
+    if known is None:
+        bad = [e for e in engines if not (isinstance(e, str) and _ID_RE.match(e))]
+    else:
+        bad = [e for e in engines if e != ANY_ENGINE and e not in known]
+    allowed = ", ".join(sorted({*(known or ()), ANY_ENGINE})) if known is not None else "profile names"
+    _need(not bad, path, label, "engines", f"unknown engine {bad[0] if bad else ''!r} (allowed: {allowed})")
+
+
 def compile_pattern(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
     """The compiled pattern, or None when a validated file lets it compile on first use."""
     if trusted:
@@ -88,7 +98,14 @@ def compile_pattern(pattern: str, path: str, label: str, trusted: bool, shipped:
         raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
 
 
-def parse_rule(raw: Any, path: str, index: int, trusted: bool = False, shipped: bool = False) -> Rule:
+def parse_rule(
+    raw: Any,
+    path: str,
+    index: int,
+    trusted: bool = False,
+    shipped: bool = False,
+    known_engines: set[str] | None = None,
+) -> Rule:
     """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
     if not isinstance(raw, dict):
         raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
@@ -110,14 +127,7 @@ def parse_rule(raw: Any, path: str, index: int, trusted: bool = False, shipped: 
     )
     engines = raw["engines"]
     _need(_str_list(engines) and bool(engines), path, label, "engines", "must be a non-empty list")
-    bad = [e for e in engines if e not in ENGINES]
-    _need(
-        not bad,
-        path,
-        label,
-        "engines",
-        f"unknown engine {bad[0] if bad else ''!r} (allowed: {', '.join(sorted(ENGINES))})",
-    )
+    check_engines(engines, path, label, known_engines)
     severity = raw["severity"]
     _need(
         severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}"
@@ -256,8 +266,13 @@ def yaml_files(directory: str) -> list[str]:
     return sorted(p for p in paths if os.path.isfile(p))
 
 
-def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True) -> RuleSet:
-    """Load every rule file; a broken rule is reported and skipped, the rest still used."""
+def load_rules(
+    extra_dirs: list[str] | None = None, include_builtin: bool = True, known_engines: set[str] | None = None
+) -> RuleSet:
+    """Load every rule file; a broken rule is reported and skipped, the rest still used.
+
+    `known_engines` (the engine profiles' names) is checked on every load, cached files too:
+    a profile removed since makes its rules an error, not silence."""
     dirs: list[str] = []
     builtin = builtin_rules_dir()
     if include_builtin:
@@ -291,7 +306,7 @@ def load_rules(extra_dirs: list[str] | None = None, include_builtin: bool = True
             clean = True
             for i, raw in enumerate(data):
                 try:
-                    rule = parse_rule(raw, path, i, trusted, shipped=d == builtin)
+                    rule = parse_rule(raw, path, i, trusted, d == builtin, known_engines)
                 except (RuleError, UnicodeDecodeError) as e:
                     problems.append(str(e))
                     clean = False

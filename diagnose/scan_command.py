@@ -17,7 +17,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Any
 
-ENGINES = ("vllm", "sglang", "tgi", "generic")
 FORMATS = ("text", "json", "markdown")
 
 # option -> (keyword of run_scan, kind): "flag", "value" (the last one given wins) or "multi"
@@ -62,7 +61,7 @@ def read_scan_argv(args: list[str]) -> dict[str, Any] | None:
             kw.setdefault(key, []).append(value)
         else:
             kw[key] = value
-    if kw["fmt"] not in FORMATS or kw.get("engine", "vllm") not in ENGINES:
+    if kw["fmt"] not in FORMATS:
         return None
     if not kw["files"] and (sys.stdin is None or sys.stdin.isatty()):
         return None  # nothing to read: the full CLI explains
@@ -110,7 +109,9 @@ def run_scan(
     from .render import render_json, render_markdown, render_text
     from .styled import print_styled
 
-    d = scan_paths(list(files or ["-"]), load_knowledge(rules), engine, gpus=gpus, config=config)
+    know = load_knowledge(rules)
+    know.check_engine(engine)  # the engines are the profiles, user ones included
+    d = scan_paths(list(files or ["-"]), know, engine, gpus=gpus, config=config)
     d.kb = kb_matches(d, kb)
     if json_out or fmt == "json":
         print(render_json(d))

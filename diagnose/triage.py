@@ -57,7 +57,8 @@ HANG_WAITS_ON = {
 }
 
 _TS_PATTERNS = [
-    (re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"), "ymd"),
+    (re.compile(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"), "ymd"),
+    (re.compile(r"^(\d{2})/(\d{2})/(\d{4})-(\d{2}):(\d{2}):(\d{2})()"), "mdy"),
     (re.compile(r"^(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"), "md"),
     (re.compile(r"^(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$"), "hms"),
 ]
@@ -75,6 +76,8 @@ def seconds(ts: str | None) -> float | None:
         try:
             if kind == "ymd":
                 dt = datetime(g[0], g[1], g[2], g[3], g[4], g[5])
+            elif kind == "mdy":
+                dt = datetime(g[2], g[0], g[1], g[3], g[4], g[5])
             elif kind == "md":
                 dt = datetime(2000, g[0], g[1], g[2], g[3], g[4])
             else:

@@ -111,7 +111,7 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, make, msg):
 
 
 def test_usage_error_exit_2(cli):
-    p = run([*cli, "scan", "--engine", "llamacpp", str(KV_LOG)])
+    p = run([*cli, "scan", "--engine", "nosuchengine", str(KV_LOG)])
     assert p.returncode == 2 and "Traceback" not in p.stderr.decode()
 
 

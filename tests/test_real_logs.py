@@ -1,4 +1,13 @@
-"""The real excerpts in ../shared/real-logs (skipped when absent): no false alarms, classes right."""
+"""The real logs in ../shared/real-logs (skipped when absent): each log is its own test.
+
+A log is judged as `../shared/tools/score` judges it: the primary class (and OOM phase) the
+label names, no fatal finding and no advice on a healthy log, `failed` for an `other` failure,
+and for a hang either the hang class or an honest `incomplete` that names the phase.
+
+Known misses are listed below by name with their cause. They run as strict xfails, so a log
+that starts passing fails the suite until it is taken off the list: a regression cannot hide
+behind an aggregate, and an improvement cannot go unnoticed.
+"""
 
 from __future__ import annotations
 
@@ -19,46 +28,59 @@ EXPECT = {
     "nccl": ({"nccl"}, None),
     "port_in_use": ({"port_in_use"}, None),
     "weights_format": ({"weights_format"}, None),
+    "version": ({"weights_format", "driver"}, None),
     "preemption": ({"preemption"}, None),
+    "retract": ({"preemption"}, None),
+    "hang": ({"hang"}, None),
     "driver": ({"driver"}, None),
+    "request": ({"request"}, None),
 }
 
+# name -> why the tool still gets it wrong (the cause, not the symptom).
+KNOWN_MISSES: dict[str, str] = {}
 
-@pytest.mark.parametrize("label", CASES, ids=lambda p: p.parent.name)
-def test_real_log(know, label):
+
+def judge(label: dict, d) -> str | None:  # type: ignore[no-untyped-def]
+    """None when the diagnosis agrees with the label, else what is wrong."""
+    want = label["class"]
+    p = d.primary
+    got = f"got {d.status}/{p and p.cls}/{p and p.oom_phase}"
+    if want == "healthy":
+        fatal = any(f.severity == "fatal" for f in d.findings)
+        ok = d.status in ("ready", "incomplete") and not fatal and not d.advice
+        return None if ok else f"false alarm: {got}"
+    if want == "other":
+        return None if d.status == "failed" else got
+    classes, phase = EXPECT[want]
+    if want == "hang" and d.status == "incomplete" and p is None and d.last_phase:
+        return None
+    if p is None or p.cls not in classes:
+        return got
+    if phase is not None and p.oom_phase != phase:
+        return f"wrong OOM phase: {got}"
+    return None
+
+
+def _params():  # type: ignore[no-untyped-def]
+    for label in CASES:
+        name = label.parent.name
+        marks = []
+        if name in KNOWN_MISSES:
+            marks.append(pytest.mark.xfail(reason=KNOWN_MISSES[name], strict=True))
+        yield pytest.param(label, id=name, marks=marks)
+
+
+@pytest.mark.parametrize("label", list(_params()))
+def test_real_log(know, label):  # type: ignore[no-untyped-def]
     from diagnose.pipeline import scan_paths
 
     lab = yaml.safe_load(label.read_text())
     d = scan_paths([str(label.parent / "log.txt")], know)
-    want = lab["class"]
-    if want == "healthy":
-        assert d.status in ("ready", "incomplete") and d.primary is None and d.advice == []
-        return
-    if want == "other":
-        assert d.status == "failed"
-        return
-    if want not in EXPECT:
-        pytest.skip(f"{want}: judged by the score tool only")
-    classes, phase = EXPECT[want]
-    if d.primary is None or d.primary.cls not in classes:
-        pytest.xfail(f"known miss: got {d.primary and d.primary.cls}")
-    if phase:
-        assert d.primary.oom_phase == phase
+    problem = judge(lab, d)
+    assert problem is None, problem
 
 
-def test_score_floor(know):
-    """The share of real logs classified right may not fall below what it is today."""
-    from diagnose.pipeline import scan_paths
-
-    right = total = 0
-    for label in CASES:
-        lab = yaml.safe_load(label.read_text())
-        if lab["class"] not in EXPECT:
-            continue
-        total += 1
-        d = scan_paths([str(label.parent / "log.txt")], know)
-        classes, phase = EXPECT[lab["class"]]
-        right += bool(
-            d.primary and d.primary.cls in classes and (phase is None or d.primary.oom_phase == phase)
-        )
-    assert right / total >= 0.9
+def test_known_misses_exist():
+    """Every name on the known-miss list is a log in the corpus (no stale entries)."""
+    names = {p.parent.name for p in CASES}
+    assert not set(KNOWN_MISSES) - names

@@ -77,7 +77,7 @@ GOOD["class"] = "oom"
         ({"examples": {"match": ["boom 1"]}}, "examples.no_match", "non-empty"),
         ({"needles": []}, "needles", "non-empty"),
         ({"severity": "meh"}, "severity", "is not one of"),
-        ({"engines": ["llamacpp"]}, "engines", "unknown engine"),
+        ({"engines": ["not an engine"]}, "engines", "unknown engine"),
     ],
 )
 def test_rule_validation_names_file_rule_and_field(change, field, problem):
