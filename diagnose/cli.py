@@ -47,7 +47,8 @@ KbOpt = Annotated[
     ),
 ]
 EngineOpt = Annotated[
-    str | None, typer.Option("--engine", help="Force the engine: a profile name (`diagnose rules list` shows them).")
+    str | None,
+    typer.Option("--engine", help="Force the engine: a profile name (`diagnose rules list` shows them)."),
 ]
 
 

@@ -14,7 +14,7 @@ from .engines import Marker, Profiles
 from .facts import typed_facts
 from .launch import canonical_launch, parse_repr
 from .lines import make_line
-from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent
+from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
 from .rules import Rule, RuleSet
@@ -43,6 +43,10 @@ STRUCTURE_NEEDLES = [
 ]
 MAX_HITS_PER_RULE = 64  # kept in memory; the count goes on
 MAX_FRAMES = 96
+MAX_VOCAB = 16  # vocabulary terms kept per traceback or unexplained error
+VOCAB_AFTER = 40  # lines after an unexplained error whose words still describe it (multi-line messages)
+QUIET_LEVELS = ("INFO", "DEBUG", "WARNING")
+VOCAB_BEFORE = 30  # lines before it (a tool's stderr printed ahead of the traceback)
 CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phase
 ENGINE_MIN_SCORE = 5
 ENGINE_DECIDED = 30  # detection evidence after which other engines' markers stop being searched
@@ -66,6 +70,7 @@ class RecordedHit:
     near_tb: TracebackEvent | None = None  # another stream's traceback right after it
     phase_after: str | None = None
     synthetic_title: str | None = None
+    vocab: list[VocabHit] = field(default_factory=list)  # class words near it (unexplained errors)
 
 
 @record
@@ -155,6 +160,8 @@ class Scanner:
         self.last_hit_by_stream: dict[str, RecordedHit] = {}
         self.pending_context: list[RecordedHit] = []
         self.recent_untraced: list[RecordedHit] = []  # hits still looking for a nearby traceback
+        self.recent_vocab: list[VocabHit] = []  # the latest vocabulary terms, for errors that follow
+        self.vocab_takers: list[RecordedHit] = []  # unexplained errors still collecting words after them
         self.phase_last_line: dict[str, int] = {}
         self.run_start_line = 0
         self.unmatched_errors = 0
@@ -319,6 +326,7 @@ class Scanner:
         # phase), then rules, each in file order so results do not depend on set order
         handlers.sort(key=lambda h: self._order[id(h)])
         matched_rule = False
+        words: list[tuple[Rule, str]] = []  # vocabulary terms on this line
         stream = line.stream
         msg = line.message
         # traceback shape first, so hits on this line know their traceback
@@ -331,6 +339,7 @@ class Scanner:
         elif frame:
             if tb is None:
                 tb = self._open_tb(stream, line)
+            tb.last_frame = self.lineno
             if len(tb.frames) < MAX_FRAMES:
                 file = frame.group("file").rsplit("/", 1)[-1]
                 tb.frames.append(frame.group("func"))
@@ -345,6 +354,10 @@ class Scanner:
                 m = h.search(target)
                 if m is None:
                     continue
+                if h.layer == "vocabulary":
+                    if not frame:
+                        words.append((h, m.group(0)))
+                    continue
                 matched_rule = True
                 self._record(h, line, typed_facts(m.groupdict()), tb)
                 if len(h.engines) == 1 and h.engines[0] not in ("any", "generic"):
@@ -352,6 +365,9 @@ class Scanner:
                     self._detect_evidence(h.engines[0], RULE_EVIDENCE_WEIGHT, line)
             elif isinstance(h, Marker):
                 self._marker(h, line, engine)
+        if not matched_rule:  # a line a specific rule explained is that rule's finding already
+            for h, term in words:
+                self._vocab(h, line, tb, term)
         if closing and tb is not None:
             self._close_tb(stream, tb)
         if (
@@ -367,6 +383,35 @@ class Scanner:
                 self.unmatched_examples.append(line)
             if line.level == "CRITICAL":
                 self._synthetic(line, "A critical error no rule explains")
+
+    # --- vocabulary ---------------------------------------------------------------------
+
+    def _vocab(self, rule: Rule, line: Line, tb: TracebackEvent | None, term: str) -> None:
+        """A class's word on a line: kept for the unexplained errors around it, never a hit."""
+        if tb is not None and line.number == tb.last_frame + 1 and line.message.startswith((" ", "\t")):
+            return  # the source line a frame echoes is code, not what happened
+        if tb is None and line.level in QUIET_LEVELS:
+            return  # outside a traceback, only error text counts: INFO lines name tokenizers too
+        vh = VocabHit(rule.id, rule.cls or "unknown_error", rule.title, line, term[:120])
+        if tb is not None and len(tb.vocab) < MAX_VOCAB:
+            tb.vocab.append(vh)
+        for rec in self.vocab_takers:
+            gap = line.number - rec.hit.line.number
+            if rec.hit.line.source == line.source and 0 <= gap <= VOCAB_AFTER and len(rec.vocab) < MAX_VOCAB:
+                rec.vocab.append(vh)
+        self.recent_vocab.append(vh)
+        if len(self.recent_vocab) > 2 * MAX_VOCAB:
+            del self.recent_vocab[0]
+
+    def _take_vocab(self, rec: RecordedHit, start: Line) -> None:
+        """An unexplained error: the words just before it now, the words after it as they come."""
+        rec.vocab = [
+            v
+            for v in self.recent_vocab
+            if v.line.source == start.source and 0 < start.number - v.line.number <= VOCAB_BEFORE
+        ][-MAX_VOCAB:]
+        near = [r for r in self.vocab_takers if rec.hit.line.number - r.hit.line.number <= VOCAB_AFTER]
+        self.vocab_takers = [*near[-7:], rec]
 
     # --- hits ---------------------------------------------------------------------------
 
@@ -388,6 +433,8 @@ class Scanner:
             tb,
         )
         self.hits.append(rec)
+        if rule.cls == "unknown_error":
+            self._take_vocab(rec, tb.start if tb is not None else line)
         if tb is not None:
             self.tb_hits[id(tb)].append(rec)
         self.last_hit_by_stream[line.stream] = rec
@@ -415,6 +462,7 @@ class Scanner:
             synthetic_title=title,
         )
         self.hits.append(rec)
+        self._take_vocab(rec, tb.start if tb is not None else line)
         if not self.reached:
             self.pending_context.append(rec)
 

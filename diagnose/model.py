@@ -22,12 +22,16 @@ CLASS_LAYER: dict[str, str] = {
     "hang": "other",
     "request": "other",
     "unknown_error": "other",
+    # Not a failure: the class of `info` findings for a stop someone asked for (Ctrl-C,
+    # SIGTERM from a scheduler). A stopped run keeps its status (ready / incomplete).
+    "stop": "other",
 }
 CLASSES = frozenset(CLASS_LAYER)
 
-# Severities, most severe first. `ignore` rules explain a line (so it is not an unknown
-# error) but never become a finding: benign warnings, user interrupts.
-SEVERITIES = ("fatal", "error", "warning", "ignore")
+# Severities, most severe first. `info` findings are told but never change the status (a
+# stop). `ignore` rules explain a line (so it is not an unknown error) but never become a
+# finding: benign warnings.
+SEVERITIES = ("fatal", "error", "warning", "info", "ignore")
 
 # Canonical startup phases, in the order a healthy start passes them.
 PHASES = (
@@ -110,6 +114,19 @@ class TracebackEvent:
     exception: Line | None  # None when the log ends inside the traceback
     frames: list[str]  # function names and file basenames, innermost last
     explained: bool = False  # a rule matched inside it
+    last_frame: int = 0  # line number of the latest frame line (the next one echoes its code)
+    vocab: list[VocabHit] = field(default_factory=list)  # class words inside it
+
+
+@record
+class VocabHit:
+    """A vocabulary term of some class on a line near an unexplained error."""
+
+    rule_id: str
+    cls: str
+    title: str
+    line: Line
+    term: str
 
 
 @record
@@ -124,6 +141,7 @@ class Finding:
     facts: dict[str, Any] = field(default_factory=dict)
     oom_phase: str | None = None
     phase_inferred: str | None = None  # "stack" / "context" when not from the timeline
+    phase_evidence: str | None = None  # what decided the OOM phase, in words
     phase_at: str | None = None  # last timeline phase before the finding
     time: str | None = None
     ranks: list[int] = field(default_factory=list)
@@ -131,6 +149,7 @@ class Finding:
     consequence: bool = False  # a symptom of another failure ("worker died")
     note: str | None = None
     frames: list[str] = field(default_factory=list)  # stack around it (for advice; not in JSON)
+    confidence: str | None = None  # "low": the class comes from the vocabulary, not a rule
 
     @property
     def layer(self) -> str:
@@ -156,6 +175,8 @@ class Finding:
             out["phase_at"] = self.phase_at
         if self.phase_inferred:
             out["oom_phase_from"] = self.phase_inferred
+        if self.phase_evidence:
+            out["oom_phase_evidence"] = self.phase_evidence
         if self.ranks:
             out["ranks"] = self.ranks
         if self.count > 1:
@@ -164,6 +185,8 @@ class Finding:
             out["consequence"] = True
         if self.note:
             out["note"] = self.note
+        if self.confidence:
+            out["confidence"] = self.confidence
         return out
 
 

@@ -98,7 +98,8 @@ def diagnose(
         hang = hang_finding(result, result.timeline)
         if hang is not None:
             findings = order([*findings, hang])
-    primary = findings[0] if findings else None
+    # info findings (a stop) are told, never the verdict
+    primary = next((f for f in findings if f.severity != "info"), None)
     if shape is not None and primary is not None:
         join_budget(primary, shape, result.launch, device)
     rule = know.rules.by_id(primary.rule) if primary else None

@@ -67,9 +67,14 @@ def verdict(d: Diagnosis) -> str:
         return f"failed: {describe(p)}"
     if d.status == "degraded" and p:
         return f"degraded: {describe(p)}"
+    stop = next((f for f in d.findings if f.cls == "stop"), None)
     if d.status == "ready":
+        if stop is not None:
+            return f"ready, then stopped at line {stop.line}: no failure found"
         return "ready: startup completed, no failure found"
     where = PHASE_LABEL.get(d.last_phase or "", d.last_phase or "before any startup phase")
+    if stop is not None:
+        return f"incomplete: stopped at line {stop.line} during {where}, with no error before it"
     return f"incomplete: the log ends during {where}, with no error"
 
 
@@ -83,15 +88,6 @@ def _facts_text(facts: dict[str, Any]) -> str:
         else:
             items.append(f"{k} {v}")
     return " · ".join(items)
-
-
-def _phase_inferred_text(f: Finding) -> str:
-    return {
-        "stack": "OOM phase inferred from the stack (no timeline in the log)",
-        "message": "OOM phase inferred from the message (no timeline in the log)",
-        "context": "OOM phase inferred from the phase other ranks were in",
-        "default": "OOM phase assumed: the log has no timeline and no telling stack",
-    }.get(f.phase_inferred or "", "")
 
 
 def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
@@ -118,8 +114,8 @@ def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
         out.add(("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim"))
         out.add("    " + p.evidence[:400], style="bold")
         info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
-        if p.phase_inferred:
-            info.append(_phase_inferred_text(p))
+        if p.phase_evidence:
+            info.append(f"OOM phase {p.oom_phase} from {p.phase_evidence}")
         if p.facts:
             info.append(_facts_text(p.facts))
         if p.note:
@@ -201,7 +197,7 @@ def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
 
 
 def _sev_style(sev: str) -> str:
-    return {"fatal": "red", "error": "red", "warning": "yellow"}.get(sev, "")
+    return {"fatal": "red", "error": "red", "warning": "yellow", "info": "dim"}.get(sev, "")
 
 
 def change_text(c: Any) -> str:

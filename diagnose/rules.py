@@ -30,7 +30,12 @@ RULE_KEYS = {
     "consequence": "optional",
     "oom_phase": "optional",
     "scope": "optional",
+    "layer": "optional",
 }
+# `rule`: a specific message, reported as a finding. `vocabulary`: a class's words, used only
+# to name the class of an error no rule explains (an unexplained traceback, an engine's
+# "worker failed" summary), with lower confidence; never a finding by itself.
+LAYERS = ("rule", "vocabulary")
 ANY_ENGINE = "any"  # a rule for every engine; the other names are the engine profiles (rules/engines/)
 ADVICE_KEYS = {"param", "to", "why"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -55,6 +60,7 @@ class Rule:
     oom_phase: str | None = None
     scope: str = "message"  # match the message after prefixes, or the whole "text"
     shipped: bool = False  # from the package's own rules/: runs on `re` (patterns.py)
+    layer: str = "rule"
 
     def search(self, text: str) -> Any:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
@@ -180,6 +186,8 @@ def parse_rule(
     _need(phase is None or phase in OOM_PHASES, path, label, "oom_phase", f"must be one of {OOM_PHASES}")
     scope = raw.get("scope", "message")
     _need(scope in ("message", "text"), path, label, "scope", "must be 'message' or 'text'")
+    layer = raw.get("layer", "rule")
+    _need(layer in LAYERS, path, label, "layer", f"must be one of {', '.join(LAYERS)}")
     cons = raw.get("consequence", False)
     _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
     rule = Rule(
@@ -200,6 +208,7 @@ def parse_rule(
         oom_phase=phase,
         scope=scope,
         shipped=shipped,
+        layer=layer,
     )
     if not trusted:
         problem = check_examples(rule)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from .engines import Profiles
 from .matcher import RecordedHit, ScanResult
-from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark
+from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -27,9 +27,11 @@ CLASS_ORDER = [
     "hang",
     "request",
     "unknown_error",
+    "stop",
 ]
-SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2}
+SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2, "info": 3}
 MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
+CONTEXT_AFTER = 60  # lines after an error whose context still tells its phase
 RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
 
 # Default time a phase may take before a scan of a finished log calls it a hang (seconds).
@@ -115,15 +117,17 @@ def _frames(rec: RecordedHit) -> list[str]:
     return out
 
 
-def stack_phase(frames: list[str], profiles: Profiles, engine: str) -> str | None:
+def stack_phase(frames: list[str], profiles: Profiles, engine: str) -> tuple[str, str] | None:
+    """(phase, the frame that tells it) from the stack hints: the first tier with a frame wins."""
     names = set(frames)
     if not names:
         return None
     hints = list(profiles.get(engine).stack_hints) if engine != "generic" else []
     hints += profiles.get("generic").stack_hints
     for phase, tokens in hints:
-        if names & tokens:
-            return phase
+        hit = next((f for f in frames if f in tokens), None)
+        if hit is not None:
+            return phase, hit
     return None
 
 
@@ -149,35 +153,61 @@ def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
     return int(now - ready_t)
 
 
+def _mark_line(result: ScanResult, phase: str, before: int) -> int | None:
+    lines = [m.line for m in result.timeline if m.phase == phase and m.line <= before]
+    return lines[-1] if lines else None
+
+
 def oom_phase(
     rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles, engine: str
-) -> tuple[str, str | None]:
-    """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context')."""
+) -> tuple[str, str | None, str]:
+    """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context'/
+    'default', and the evidence that decided it, in words)."""
+    at = rec.hit.line.number
     if cls == "kv_cache_too_small":
-        return "startup", None
+        return "startup", None, "the KV cache is sized after the weights load"
     reached = rec.reached
     if "serving" in reached:
-        return "runtime", None
+        return "runtime", None, f"requests were being served (line {_mark_line(result, 'serving', at)})"
     if "ready" in reached:
         up = uptime(rec, result)
+        ready_at = _mark_line(result, "ready", at)
         if up is not None and up > RUNTIME_AFTER_READY_S:
-            return "runtime", None
-        return "startup", None
+            return "runtime", None, f"{up} s after the server became ready (line {ready_at})"
+        return "startup", None, f"right after the server became ready (line {ready_at}), before serving"
     from_marks = _phase_from_marks(rec.phase_at)
-    if from_marks:
-        return from_marks, None
+    if from_marks and rec.phase_at:
+        where = _mark_line(result, rec.phase_at, at)
+        return from_marks, None, f"the startup timeline: during {rec.phase_at} (line {where})"
     st = stack_phase(_frames(rec), profiles, engine)
     if st:
-        return st, "stack"
+        return st[0], "stack", f"the stack: frame {st[1]}"
     if rec.rule is not None and rec.rule.oom_phase:
-        return rec.rule.oom_phase, "message"
+        return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
+    if rec.phase_at is None and _server_was_up_after(rec, result):
+        return "runtime", "context", "the HTTP server shut down cleanly after it, so it had been up"
     ctx = _phase_from_marks(rec.phase_after)
     if ctx:
-        return ctx, "context"
+        return ctx, "context", f"the next startup line after it is {rec.phase_after}"
     if rec.phase_at is not None:
         # before weights started loading: CUDA context, NCCL buffers, model construction
-        return "load", None
-    return "startup", "default"
+        return "load", None, f"the startup timeline: before the weights loaded ({rec.phase_at})"
+    return "startup", "default", "assumed: the log has no timeline, telling stack or context"
+
+
+APP_SHUTDOWN_RULE = "uvicorn.app-shutdown"
+
+
+def _server_was_up_after(rec: RecordedHit, result: ScanResult) -> bool:
+    """The HTTP server shut down cleanly right after the error: it had completed its startup,
+    so a log cut before any startup line was serving when the error came."""
+    line = rec.hit.line
+    return any(
+        h.hit.rule_id == APP_SHUTDOWN_RULE
+        and h.hit.line.source == line.source
+        and 0 < h.hit.line.number - line.number <= CONTEXT_AFTER
+        for h in result.hits
+    )
 
 
 def _mask(text: str) -> str:
@@ -193,6 +223,32 @@ def _specificity(rec: RecordedHit) -> int:
     if rec.rule.oom_phase:
         score += 1
     return score
+
+
+def pick_vocabulary(rec: RecordedHit) -> VocabHit | None:
+    """The class words that best describe an unexplained error: those on its own exception
+    line first, then those inside its traceback or after it, then those just before it;
+    within each, in triage order (memory first), then the nearest."""
+    own = {rec.hit.line.number}
+    hits = list(rec.vocab)
+    begin = rec.hit.line.number
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None:
+            hits += tb.vocab
+            begin = min(begin, tb.start.number)
+            if tb.exception is not None:
+                own.add(tb.exception.number)
+    best: tuple[int, int, int] | None = None
+    choice = None
+    for v in hits:
+        if v.cls == "unknown_error":
+            continue
+        n = v.line.number
+        rank = 0 if n in own else 1 if n >= begin else 2
+        key = (rank, CLASS_ORDER.index(v.cls), abs(n - rec.hit.line.number))
+        if best is None or key < best:
+            best, choice = key, v
+    return choice
 
 
 def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[Finding]:
@@ -224,23 +280,88 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
             consequence=bool(rule.consequence) if rule is not None else False,
             frames=_frames(rec),
         )
+        if cls == "unknown_error":
+            vh = pick_vocabulary(rec)
+            if vh is not None:
+                cls = f.cls = vh.cls
+                f.rule, f.title, f.consequence, f.confidence = vh.rule_id, vh.title, False, "low"
+                if cls == "request" and f.severity == "fatal":
+                    f.severity = "error"  # one request failed; the server is judged on the rest
+                if vh.line.number != line.number and _is_exception_line(vh, rec):
+                    f.line, f.evidence = vh.line.number, vh.line.message.strip()
+                f.facts["vocabulary_term"] = vh.term
+                f.note = (
+                    f"recognised by the vocabulary of its class ({vh.term!r}, line {vh.line.number}): "
+                    "no specific rule knows this message, so this reading is less certain"
+                )
         if cls in ("oom", "kv_cache_too_small"):
-            f.oom_phase, f.phase_inferred = oom_phase(rec, cls, result, profiles, engine)
+            f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, cls, result, profiles, engine)
             if f.oom_phase == "runtime":
                 up = uptime(rec, result)
                 if up is not None:
                     f.facts["uptime_s"] = up
+        if severity == "info" or _names_itself(rec):
+            raw.append((rec, _as_stop(f)))
+            continue
+        later = None
         if rec.run < last_run:
             f.severity = "warning"
-            f.note = f"from an earlier run; the server was restarted at line {result.run_start_line}"
+            later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
         elif severity == "fatal" and first_ready is not None and first_ready > line.number:
             f.severity = "warning"
-            f.note = f"the server still became ready afterwards (line {first_ready})"
+            later = f"the server still became ready afterwards (line {first_ready})"
         elif rule is None and later_progress > line.number and ready_line is not None:
             f.severity = "warning"
-            f.note = f"the server kept running afterwards (line {later_progress})"
+            later = f"the server kept running afterwards (line {later_progress})"
+        if later:
+            f.note = f"{later}; {f.note}" if f.note else later
         raw.append((rec, f))
+    _quiet_after_stop(raw, last_run)
     return _merge(raw)
+
+
+def _names_itself(rec: RecordedHit) -> bool:
+    """A server naming its own pid as the holder of its port: it is saying goodbye, not clashing."""
+    holder = rec.hit.facts.get("holder_pid")
+    return holder is not None and rec.hit.line.pid is not None and int(holder) == rec.hit.line.pid
+
+
+def _as_stop(f: Finding) -> Finding:
+    if f.cls != "stop":
+        f.title = f"The server named itself at exit ({f.title.lower()}): a stop, not a clash"
+        f.cls = "stop"
+    f.severity = "info"
+    f.consequence = False
+    return f
+
+
+def _quiet_after_stop(raw: list[tuple[RecordedHit, Finding]], last_run: int) -> None:
+    """What a stopped server prints while it tears down (tracebacks, "engine dead", NCCL and
+    port warnings) is part of the stop. A memory failure stays what it is, and anything
+    before the stop, or in an earlier run, is untouched."""
+    stops: dict[str, int] = {}
+    for rec, f in raw:
+        if f.cls == "stop" and rec.run == last_run:
+            stops[f.source] = min(stops.get(f.source, f.line), f.line)
+    if not stops:
+        return
+    for rec, f in raw:
+        at = stops.get(f.source)
+        if at is None or rec.run != last_run or f.cls == "stop" or f.line < at:
+            continue
+        if f.layer == "memory":
+            continue
+        f.severity = "info"
+        note = f"printed while the server stopped (line {at})"
+        f.note = f"{note}; {f.note}" if f.note else note
+
+
+def _is_exception_line(vh: VocabHit, rec: RecordedHit) -> bool:
+    """Is the vocabulary's line the exception line of this error's traceback (a better evidence)?"""
+    return any(
+        tb is not None and tb.exception is not None and tb.exception.number == vh.line.number
+        for tb in (rec.tb, rec.near_tb)
+    )
 
 
 def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
@@ -283,6 +404,7 @@ def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
             merged.oom_phase = next((f.oom_phase for _r, f in g if f.oom_phase), None)
         if best.phase_inferred and earliest.oom_phase and not earliest.phase_inferred:
             merged.oom_phase, merged.phase_inferred = earliest.oom_phase, None
+            merged.phase_evidence = earliest.phase_evidence
         out.append(merged)
     return out
 
@@ -347,13 +469,13 @@ def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | Non
 
 # Findings that do not make a running server degraded: a rejected request is the client's,
 # and an exception the server carried on after is noise until it repeats into a failure.
-NOT_DEGRADING = {"request", "unknown_error"}
+NOT_DEGRADING = {"request", "unknown_error", "stop"}
 
 
 def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
     if any(f.severity == "fatal" for f in findings):
         return "failed"
-    if any(f.cls not in NOT_DEGRADING for f in findings):
+    if any(f.cls not in NOT_DEGRADING and f.severity != "info" for f in findings):
         return "degraded"
     if any(m.phase in ("ready", "serving") for m in timeline):
         return "ready"

@@ -66,7 +66,6 @@ def test_read_scan_argv(argv, expect):
         ["--jsn", "a.log"],
         ["--json=yes", "a.log"],
         ["--format", "yaml", "a.log"],
-        ["--engine", "llamacpp", "a.log"],
         ["a.log", "--rules"],
         ["--gpus", "--json", "a.log"],
         ["--", "a.log"],
