@@ -755,7 +755,21 @@ class Advisor:
                 "localhost,127.0.0.1",
                 "the warm-up request to itself is not coming back; an HTTP proxy often intercepts localhost",
             )
-        elif phase in ("start", "args", "devices"):
+        elif phase in ("start", "args"):
+            # resolving the model: config, tokenizer and file lists come from the Hub
+            self.add(
+                "env:HF_HUB_OFFLINE",
+                "1",
+                "resolving the model's files on the Hub (config, tokenizer, file list) is the usual wait "
+                "here; download once (huggingface-cli download) and start offline",
+            )
+            self.add(
+                "model",
+                "a local path to the downloaded checkpoint",
+                "a local directory needs no Hub round-trip at all",
+                self.ctx.current("model"),
+            )
+        elif phase == "devices":
             self.generic("action:expose_gpu")
 
 

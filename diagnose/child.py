@@ -135,7 +135,7 @@ def run_child(
         if rc is None and eof:
             rc = proc.wait()
         if verdict is None:
-            verdict = session.check(final=True) or _ended(session, rc)
+            verdict = session.check(final=True) or _ended(session, rc, stopped=interrupts > 0)
     finally:
         progress.stop()
         sel.close()
@@ -146,10 +146,28 @@ def run_child(
     return verdict, proc.poll(), started
 
 
-def _ended(session: LiveSession, rc: int | None) -> Verdict:
-    """The server exited with no finding: a non-zero exit is still a failure."""
-    if rc not in (0, None):
-        how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+STOP_EXIT = {130: "Ctrl-C", 143: "SIGTERM", -2: "SIGINT", -15: "SIGTERM"}
+
+
+def _ended(session: LiveSession, rc: int | None, stopped: bool = False) -> Verdict:
+    """The server exited with no finding. Stopped on purpose (Ctrl-C forwarded by us, or a
+    SIGINT/SIGTERM exit from a scheduler) it is a stop: an info finding, the status it had.
+    Any other non-zero exit is still a failure."""
+    how = None if rc in (0, None) else (f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}")
+    if how is not None and (stopped or rc in STOP_EXIT):
+        why = STOP_EXIT.get(rc, "a signal forwarded by diagnose") if rc is not None else "a signal"
+        f = Finding(
+            rule="run.stop",
+            cls="stop",
+            severity="info",
+            title=f"The server was stopped ({why}; it {how})",
+            line=session.lines,
+            source=session.source,
+            evidence=session.last_line or "(no output)",
+            facts={"exit_code": rc},
+        )
+        return Verdict("ended", session.diagnosis(extra=[f], final=True))
+    if how is not None:
         f = Finding(
             rule="run.exit",
             cls="unknown_error",

@@ -70,14 +70,20 @@ def scan(
     config: Annotated[
         str | None, typer.Option("--config", help="The model's config.json: adds the memory arithmetic.")
     ] = None,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge", help="Several files are the logs of one run (nodes, ranks): one diagnosis, by time."
+        ),
+    ] = False,
 ) -> None:
-    """Read a server log and say what failed, when, and the next change to make."""
+    """Read server logs and say what failed, when, and the next change to make (one report per file)."""
     # the same checks as scan_command.read_scan_argv, which hands these cases here
     if not files and sys.stdin is not None and sys.stdin.isatty():
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config)
+    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config, merge)
     raise typer.Exit(rc)
 
 

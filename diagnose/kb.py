@@ -295,6 +295,8 @@ class KnowledgeBase:
         default_idf = math.log(1 + max(1, len(self.incidents)))  # a template no incident has: rare
         scored = []
         for inc in self.incidents:
+            if not same_failure(d, inc.fingerprint):
+                continue  # text alike but another failure: a match that would mislead
             # a starter incident is a family (several rules, several wordings): how much of this log
             # it covers; your own incidents are one event each: how alike the two are
             s = similarity(probe_fp, inc.fingerprint, idf, default_idf, coverage=inc.starter)
@@ -328,6 +330,17 @@ def fingerprint_of(d: Diagnosis) -> dict[str, list[str]]:
         "templates": sorted({template(f.evidence) for f in fs[:5]}),
         "phases": sorted({f.oom_phase for f in fs if f.oom_phase}),
     }
+
+
+def same_failure(d: Diagnosis, fp: dict[str, list[str]]) -> bool:
+    """An incident can only be this failure again if it has the same class, and for an OOM
+    the same phase: a CUDA-graph OOM is no precedent for a weight-loading one."""
+    p = d.primary
+    if p is None:
+        return False
+    if p.cls not in fp.get("classes", []):
+        return False
+    return not p.oom_phase or p.oom_phase in fp.get("phases", [])
 
 
 def similarity(

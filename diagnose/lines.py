@@ -344,3 +344,40 @@ def iter_lines(source: Source) -> Iterator[Line]:
         for raw in block.split(b"\n"):
             number += 1
             yield make_line(source.name, number, raw)
+
+
+def interleaved_blocks(sources: list[Source]) -> Iterator[tuple[str, bytes]]:
+    """The lines of several logs of one run (nodes, ranks) in the order their timestamps
+    give, as (source name, run of consecutive lines from it). A line without its own time
+    keeps its place after the line before it in its file; a file whose lines carry no time
+    at all comes after the others. Streams: one pending line per file is held."""
+    import heapq
+
+    from .triage import seconds  # the log clock (only a merged scan needs it)
+
+    def lines_of(i: int, src: Source) -> Iterator[tuple[float, int, int, bytes]]:
+        last = float("inf")
+        n = 0
+        for block in read_blocks(src):
+            for raw in block.splitlines(keepends=True):
+                n += 1
+                ts = make_line(src.name, n, raw[:300].rstrip(b"\r\n")).timestamp
+                t = seconds(ts)
+                if t is not None:
+                    last = t
+                yield (last, i, n, raw if raw.endswith(b"\n") else raw + b"\n")
+
+    merged = heapq.merge(*(lines_of(i, s) for i, s in enumerate(sources)))
+    run: list[bytes] = []
+    current = -1
+    for _t, i, _n, raw in merged:
+        if i != current and run:
+            yield sources[current].name, b"".join(run)
+            run = []
+        current = i
+        run.append(raw)
+        if len(run) >= 4096:
+            yield sources[current].name, b"".join(run)
+            run = []
+    if run:
+        yield sources[current].name, b"".join(run)

@@ -8,7 +8,7 @@ decoded, split and matched against the patterns of the rules whose needles they 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from .engines import Marker, Profiles
 from .facts import typed_facts
@@ -41,7 +41,10 @@ STRUCTURE_NEEDLES = [
     "CRITICAL",
     "FATAL",
 ]
-MAX_HITS_PER_RULE = 64  # kept in memory; the count goes on
+# Hits kept in memory per rule: the first ones and the latest ones (a restart loop's last run
+# must be seen whatever came before it); the count goes on.
+FIRST_HITS_KEPT = 32
+LAST_HITS_KEPT = 32
 MAX_FRAMES = 96
 MAX_VOCAB = 16  # vocabulary terms kept per traceback or unexplained error
 VOCAB_AFTER = 40  # lines after an unexplained error whose words still describe it (multi-line messages)
@@ -92,6 +95,7 @@ class ScanResult:
     phase_last_line: dict[str, int] = field(default_factory=dict)
     run_start_line: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
+    rule_runs: dict[str, int] = field(default_factory=dict)  # in how many runs each rule hit
 
 
 class Scanner:
@@ -140,8 +144,14 @@ class Scanner:
         # state
         self.source = "-"
         self.lineno = 0
+        self._linenos: dict[str, int] = {}
         self.hits: list[RecordedHit] = []
         self.hit_counts: dict[str, int] = defaultdict(int)
+        self._seq = 0  # order of recorded hits, for the first and the latest kept per rule
+        self._hit_seq: list[int] = []
+        self._tail_hits: dict[str, deque[tuple[int, RecordedHit]]] = {}
+        self.rule_runs: dict[str, int] = defaultdict(int)
+        self._rule_last_run: dict[str, int] = {}
         self.timeline: list[PhaseMark] = []
         self.reached: set[str] = set()
         self.current_phase: str | None = None
@@ -172,8 +182,11 @@ class Scanner:
     # --- feeding ------------------------------------------------------------------
 
     def set_source(self, name: str) -> None:
+        """Lines now come from this source; each source keeps its own line count (merged
+        logs switch back and forth)."""
+        self._linenos[self.source] = self.lineno
         self.source = name
-        self.lineno = 0
+        self.lineno = self._linenos.get(name, 0)
 
     def _now(self, line: Line) -> str | None:
         """When this line was written: its own time, else that of the lines just before it."""
@@ -421,8 +434,6 @@ class Scanner:
             self.rule_lines[rule.id].append(line.number)
         if tb is not None:
             tb.explained = True
-        if self.hit_counts[rule.id] > MAX_HITS_PER_RULE:
-            return
         rec = RecordedHit(
             Hit(rule.id, line, facts),
             rule,
@@ -432,7 +443,7 @@ class Scanner:
             self._now(line),
             tb,
         )
-        self.hits.append(rec)
+        self._keep(rule.id, rec)
         if rule.cls == "unknown_error":
             self._take_vocab(rec, tb.start if tb is not None else line)
         if tb is not None:
@@ -445,12 +456,28 @@ class Scanner:
         if not self.reached:
             self.pending_context.append(rec)
 
+    def _keep(self, rid: str, rec: RecordedHit) -> None:
+        """Keep the rule's first hits and a window of its latest; count the runs it hit in."""
+        self._seq += 1
+        if self._rule_last_run.get(rid) != self.run:
+            self._rule_last_run[rid] = self.run
+            self.rule_runs[rid] += 1
+        if self.hit_counts[rid] <= FIRST_HITS_KEPT:
+            self.hits.append(rec)
+            self._hit_seq.append(self._seq)
+        else:
+            self._tail_hits.setdefault(rid, deque(maxlen=LAST_HITS_KEPT)).append((self._seq, rec))
+
+    def _kept_hits(self) -> list[RecordedHit]:
+        if not self._tail_hits:
+            return list(self.hits)
+        both = list(zip(self._hit_seq, self.hits)) + [x for t in self._tail_hits.values() for x in t]
+        return [rec for _seq, rec in sorted(both, key=lambda x: x[0])]
+
     def _synthetic(self, line: Line, title: str, tb: TracebackEvent | None = None) -> None:
         rid = "generic.unexplained-error"
         self._want_progress = True
         self.hit_counts[rid] += 1
-        if self.hit_counts[rid] > MAX_HITS_PER_RULE:
-            return
         rec = RecordedHit(
             Hit(rid, line, {}),
             None,
@@ -461,7 +488,7 @@ class Scanner:
             tb,
             synthetic_title=title,
         )
-        self.hits.append(rec)
+        self._keep(rid, rec)
         self._take_vocab(rec, tb.start if tb is not None else line)
         if not self.reached:
             self.pending_context.append(rec)
@@ -659,7 +686,7 @@ class Scanner:
         for e in order:
             launch.update(canonical_launch(self.launch_raw[e], names))
         return ScanResult(
-            hits=list(self.hits),
+            hits=self._kept_hits(),
             hit_counts=dict(self.hit_counts),
             timeline=list(self.timeline),
             earlier_runs=self.run,
@@ -676,4 +703,5 @@ class Scanner:
             phase_last_line=dict(self.phase_last_line),
             run_start_line=self.run_start_line,
             observed=dict(self.observed),
+            rule_runs=dict(self.rule_runs),
         )

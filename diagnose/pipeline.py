@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from .advice import advise, advise_incomplete
 from .engines import Profiles, load_profiles
 from .errors import InputError
-from .lines import Source, read_blocks, resolve_sources
+from .lines import Source, interleaved_blocks, read_blocks, resolve_sources
 from .matcher import Scanner, ScanResult
 from .model import Diagnosis, Finding
 from .records import field, record
@@ -49,9 +49,20 @@ class Knowledge:
 
 
 def scan_sources(
-    sources: Iterable[Source], know: Knowledge, engine: str | None = None, keep_rule_lines: bool = False
+    sources: Iterable[Source],
+    know: Knowledge,
+    engine: str | None = None,
+    keep_rule_lines: bool = False,
+    interleave: bool = False,
 ) -> ScanResult:
+    """One scan over the sources: one after the other, or (`interleave`, the logs of one run)
+    line by line in the order of their timestamps."""
     scanner = Scanner(know.rules, know.profiles, engine=engine, keep_rule_lines=keep_rule_lines)
+    if interleave:
+        for name, block in interleaved_blocks(list(sources)):
+            scanner.set_source(name)
+            scanner.feed(block)
+        return scanner.finish()
     for src in sources:
         scanner.set_source(src.name)
         for block in read_blocks(src):
@@ -178,10 +189,12 @@ def scan_paths(
     gpus: str | None = None,
     config: str | None = None,
 ) -> Diagnosis:
+    """One diagnosis of these paths read as one log (several: the logs of one run, interleaved
+    by their timestamps)."""
     know = know or Knowledge.load()
     sources = resolve_sources(paths)
     snapshot, snap_err = load_snapshot(gpus) if gpus else (None, None)
-    result = scan_sources(sources, know, engine)
+    result = scan_sources(sources, know, engine, interleave=len(sources) > 1)
     name = ", ".join(s.name for s in sources)
     shape = None
     if config:

@@ -29,6 +29,7 @@ SCAN_OPTIONS: dict[str, tuple[str, str]] = {
     "--gpus": ("gpus", "value"),
     "--kb": ("kb", "multi"),
     "--config": ("config", "value"),
+    "--merge": ("merge", "flag"),
 }
 
 
@@ -103,20 +104,53 @@ def run_scan(
     gpus: str | None = None,
     kb: list[str] | None = None,
     config: str | None = None,
+    merge: bool = False,
 ) -> int:
-    """Scan, print the diagnosis, return the exit code (options already checked)."""
+    """Scan, print the diagnosis, return the exit code (options already checked).
+
+    Several files are several logs: one diagnosis each, in argument order (a JSON array); one
+    that cannot be read is an error line for that file, not the end of the others. `merge`
+    reads them as the logs of one run (nodes or ranks), interleaved by their timestamps."""
+    from .errors import InputError, say_error
     from .pipeline import scan_paths
     from .render import render_json, render_markdown, render_text
     from .styled import print_styled
 
     know = load_knowledge(rules)
     know.check_engine(engine)  # the engines are the profiles, user ones included
-    d = scan_paths(list(files or ["-"]), know, engine, gpus=gpus, config=config)
-    d.kb = kb_matches(d, kb)
+    paths = list(files or ["-"])
+    if merge or len(paths) == 1:
+        d = scan_paths(paths, know, engine, gpus=gpus, config=config)
+        d.kb = kb_matches(d, kb)
+        if json_out or fmt == "json":
+            print(render_json(d))
+        elif fmt == "markdown":
+            print(render_markdown(d))
+        else:
+            print_styled(render_text(d, show_all))
+        return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
+    done = []
+    unreadable = 0
+    for path in paths:
+        try:
+            d = scan_paths([path], know, engine, gpus=gpus, config=config)
+        except InputError as e:
+            say_error(str(e))
+            unreadable += 1
+            continue
+        d.kb = kb_matches(d, kb)
+        done.append(d)
     if json_out or fmt == "json":
-        print(render_json(d))
+        print("[" + ",\n".join(render_json(d) for d in done) + "]")
     elif fmt == "markdown":
-        print(render_markdown(d))
+        print("\n\n---\n\n".join(render_markdown(d) for d in done))
     else:
-        print_styled(render_text(d, show_all))
-    return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
+        for i, d in enumerate(done):
+            if i:
+                print()
+            print_styled(render_text(d, show_all))
+    if any(d.status in ("failed", "degraded") for d in done):
+        return EXIT_FOUND
+    from .errors import EXIT_USAGE
+
+    return EXIT_USAGE if unreadable else EXIT_OK

@@ -48,8 +48,8 @@ HANG_BUDGET_S = {
 }
 HANG_WAITS_ON = {
     "start": "importing the engine and its kernels (disk, Python environment)",
-    "args": "resolving the model and its config (Hub access, disk)",
-    "devices": "GPU detection (driver, CUDA_VISIBLE_DEVICES)",
+    "args": "resolving the model, its config and tokenizer (Hub access, disk)",
+    "devices": "GPU detection and the model's files (driver, CUDA_VISIBLE_DEVICES, Hub)",
     "distributed_init": "NCCL initialisation: all ranks must join (P2P, /dev/shm, firewall)",
     "load_weights": "weight download or reading from disk (network, disk I/O)",
     "weights_loaded": "memory profiling and torch.compile (compile cache directory writable?)",
@@ -257,9 +257,19 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
     first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
     later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
     raw: list[tuple[RecordedHit, Finding]] = []
+    # a restart loop: earlier runs that failed the way the last one did are summarised on the
+    # last run's finding; of the other earlier failures, the latest of each rule is kept
+    in_last = {rec.hit.rule_id for rec in result.hits if rec.run == last_run}
+    latest_earlier: dict[str, int] = {}
+    for rec in result.hits:
+        if rec.run < last_run:
+            latest_earlier[rec.hit.rule_id] = rec.run
     for rec in result.hits:
         rule = rec.rule
         if rule is not None and rule.severity == "ignore":
+            continue
+        rid = rec.hit.rule_id
+        if rec.run < last_run and (rid in in_last or latest_earlier.get(rid) != rec.run):
             continue
         line = rec.hit.line
         cls = rule.cls if rule is not None and rule.cls else "unknown_error"
@@ -300,6 +310,11 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
                 up = uptime(rec, result)
                 if up is not None:
                     f.facts["uptime_s"] = up
+        runs = result.rule_runs.get(rid, 0)
+        if last_run > 0 and rec.run == last_run and runs > 1:
+            f.facts["runs"] = last_run + 1
+            f.facts["runs_failed_alike"] = runs
+            _add_note(f, f"the same failure in {runs} of {last_run + 1} runs (the server was restarted)")
         if severity == "info" or _names_itself(rec):
             raw.append((rec, _as_stop(f)))
             continue
@@ -314,10 +329,17 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
             f.severity = "warning"
             later = f"the server kept running afterwards (line {later_progress})"
         if later:
-            f.note = f"{later}; {f.note}" if f.note else later
+            _add_note(f, later, first=True)
         raw.append((rec, f))
     _quiet_after_stop(raw, last_run)
     return _merge(raw)
+
+
+def _add_note(f: Finding, text: str, first: bool = False) -> None:
+    if not f.note:
+        f.note = text
+    else:
+        f.note = f"{text}; {f.note}" if first else f"{f.note}; {text}"
 
 
 def _names_itself(rec: RecordedHit) -> bool:
@@ -352,8 +374,7 @@ def _quiet_after_stop(raw: list[tuple[RecordedHit, Finding]], last_run: int) -> 
         if f.layer == "memory":
             continue
         f.severity = "info"
-        note = f"printed while the server stopped (line {at})"
-        f.note = f"{note}; {f.note}" if f.note else note
+        _add_note(f, f"printed while the server stopped (line {at})", first=True)
 
 
 def _is_exception_line(vh: VocabHit, rec: RecordedHit) -> bool:
@@ -419,25 +440,29 @@ def _sort_key(f: Finding) -> tuple[Any, ...]:
     )
 
 
+def _after(f: Finding, g: Finding) -> bool:
+    """Did f happen after g? The same file: by line; merged logs of one run: by their clocks
+    (with no clock to tell, another rank's error is taken as following)."""
+    if f.source == g.source:
+        return f.line > g.line
+    tf, tg = seconds(f.time), seconds(g.time)
+    return tf is None or tg is None or tf >= tg
+
+
 def order(findings: list[Finding]) -> list[Finding]:
     """Triage order, and errors that follow another cause marked as its consequences."""
-    first_memory = min(
-        (f.line for f in findings if f.layer == "memory" and f.severity == "fatal" and not f.consequence),
-        default=None,
-    )
-    first_named = min(
-        (f.line for f in findings if f.cls != "unknown_error" and f.severity == "fatal"), default=None
-    )
+    memory = [f for f in findings if f.layer == "memory" and f.severity == "fatal" and not f.consequence]
+    first_memory = min(memory, key=lambda f: (seconds(f.time) or 0, f.line)) if memory else None
+    named = [f for f in findings if f.cls not in ("unknown_error", "stop") and f.severity == "fatal"]
     for f in findings:
-        if first_memory is not None and f.cls == "nccl" and f.line > first_memory and f.severity == "fatal":
+        if first_memory is not None and f.cls == "nccl" and f.severity == "fatal" and _after(f, first_memory):
             f.consequence = True
-            f.note = f.note or f"follows the memory failure at line {first_memory}"
+            f.note = f.note or f"follows the memory failure at {first_memory.source}:{first_memory.line}"
         if (
             f.cls == "unknown_error"
             and not f.consequence
-            and first_named is not None
-            and f.line > first_named
             and f.rule == "generic.unexplained-error"
+            and any(_after(f, g) for g in named)
         ):
             f.consequence = True
     return sorted(findings, key=_sort_key)
@@ -447,7 +472,7 @@ def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | Non
     """A finished log whose last phase ran past its budget with no error: stuck there."""
     if not timeline or "ready" in {m.phase for m in timeline}:
         return None
-    last = max(timeline, key=lambda m: PHASE_INDEX[m.phase])
+    last = latest_mark(timeline)
     budget = HANG_BUDGET_S.get(last.phase)
     t0, t1 = seconds(last.time), seconds(result.last_time)
     if budget is None or t0 is None or t1 is None or t1 - t0 <= budget:
@@ -482,7 +507,19 @@ def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
     return "incomplete"
 
 
+def latest_mark(timeline: list[PhaseMark]) -> PhaseMark:
+    """The phase the log reached last. Engines name their first phases in different orders (a
+    V1 log names its platform before its arguments: stopped after the arguments, it is in
+    `args`, not in `devices`), so those go by the log's order; once the startup is past
+    distributed init, a late echo of an early marker does not move it back."""
+    last = timeline[-1]  # in the order the log reached them
+    furthest = max(timeline, key=lambda m: PHASE_INDEX[m.phase])
+    if PHASE_INDEX[furthest.phase] >= PHASE_INDEX["distributed_init"]:
+        return furthest if PHASE_INDEX[last.phase] < PHASE_INDEX[furthest.phase] else last
+    return last
+
+
 def last_phase(timeline: list[PhaseMark]) -> str | None:
     if not timeline:
         return None
-    return max(timeline, key=lambda m: PHASE_INDEX[m.phase]).phase
+    return latest_mark(timeline).phase

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import signal
 import sys
 import threading
 import time
@@ -231,3 +232,27 @@ def test_run_stop_on_failure_kills_a_server_that_ignores_sigterm(cli, tmp_path):
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_run_ctrl_c_of_a_ready_server_is_a_stop(cli, tmp_path):
+    """Ctrl-C on a healthy, ready server: diagnose forwards it, the server exits on SIGINT, and
+    the verdict is 'ready, then stopped' with exit code 0, not a failure."""
+    script = tmp_path / "server.sh"
+    script.write_text(
+        f"#!/bin/sh\ncat {LOGS / 'vllm' / 'healthy-v1-serving.log'}\n"
+        "trap 'echo KeyboardInterrupt; exit 130' INT\nwhile true; do sleep 0.1; done\n"
+    )
+    script.chmod(0o755)
+    proc = subprocess.Popen(
+        [*cli, "run", "--", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        time.sleep(3)  # ready by then: the whole healthy log is out
+        proc.send_signal(signal.SIGINT)
+        out, _err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "stopped" in text and "failed" not in text
