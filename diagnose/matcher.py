@@ -471,7 +471,10 @@ class Scanner:
     def _kept_hits(self) -> list[RecordedHit]:
         if not self._tail_hits:
             return list(self.hits)
-        both = list(zip(self._hit_seq, self.hits)) + [x for t in self._tail_hits.values() for x in t]
+        both = [
+            *zip(self._hit_seq, self.hits, strict=True),
+            *(x for t in self._tail_hits.values() for x in t),
+        ]
         return [rec for _seq, rec in sorted(both, key=lambda x: x[0])]
 
     def _synthetic(self, line: Line, title: str, tb: TracebackEvent | None = None) -> None:
