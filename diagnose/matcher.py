@@ -29,6 +29,13 @@ _EXC_RE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout|Died)|Exception)"
     r"(?:\([^)]*\))?(?::(?:\s.*)?)?\s*$"
 )
+# A line with no level that reads as an error (C/C++ and Go engines print errors bare).
+_ERROR_SHAPED = re.compile(
+    r"(?i)\b(?:error|errors|failed|failure|fatal|unable to|cannot|can't|could not|couldn't|abort(?:ed|ing)?|"
+    r"exceeds?|exceeded|panic|not supported|unsupported|invalid|must be|not found|out of memory)\b"
+)
+# a level word inside the message: "… NCCL INFO NET/Plugin: … cannot open …" is information
+_OWN_QUIET_LEVEL = re.compile(r"\b(?:INFO|DEBUG|TRACE|WARN|WARNING)\b|\[[IWD]\]|level=(?:INFO|DEBUG|WARN)")
 # Needles that only shape tracebacks or count error-looking lines (no rule behind them).
 STRUCTURE_NEEDLES = [
     TRACEBACK_START,
@@ -383,26 +390,34 @@ class Scanner:
                 self._vocab(h, line, tb, term)
         if closing and tb is not None:
             self._close_tb(stream, tb)
-        if (
-            not matched_rule
-            and line.level in ("ERROR", "CRITICAL")
-            and tb is None
-            and not frame
-            and msg.strip()
-            and not msg.startswith((" ", "\t"))
-        ):
+        if matched_rule or tb is not None or frame or not msg.strip() or msg.startswith((" ", "\t")):
+            return
+        if line.level in ("ERROR", "CRITICAL"):
             self.unmatched_errors += 1
             if len(self.unmatched_examples) < 20:
                 self.unmatched_examples.append(line)
             if line.level == "CRITICAL":
                 self._synthetic(line, "A critical error no rule explains")
+                return
+        if words and (
+            line.level == "ERROR"
+            or (line.level is None and _ERROR_SHAPED.search(msg) and not _OWN_QUIET_LEVEL.search(msg[:100]))
+        ):
+            # an error line no rule explains, in a class's own words: the vocabulary names it
+            self._synthetic(line, "An error line no rule explains")
 
     # --- vocabulary ---------------------------------------------------------------------
 
     def _vocab(self, rule: Rule, line: Line, tb: TracebackEvent | None, term: str) -> None:
         """A class's word on a line: kept for the unexplained errors around it, never a hit."""
-        if tb is not None and line.number == tb.last_frame + 1 and line.message.startswith((" ", "\t")):
-            return  # the source line a frame echoes is code, not what happened
+        code = line.message.lstrip()
+        if (
+            tb is not None
+            and line.number == tb.last_frame + 1
+            and line.message.startswith((" ", "\t"))
+            and not code.startswith(("assert ", "raise "))
+        ):
+            return  # the source line a frame echoes is code, not what happened (a failed assert is)
         if tb is None and line.level in QUIET_LEVELS:
             return  # outside a traceback, only error text counts: INFO lines name tokenizers too
         vh = VocabHit(rule.id, rule.cls or "unknown_error", rule.title, line, term[:120])
@@ -421,7 +436,7 @@ class Scanner:
         rec.vocab = [
             v
             for v in self.recent_vocab
-            if v.line.source == start.source and 0 < start.number - v.line.number <= VOCAB_BEFORE
+            if v.line.source == start.source and 0 <= start.number - v.line.number <= VOCAB_BEFORE
         ][-MAX_VOCAB:]
         near = [r for r in self.vocab_takers if rec.hit.line.number - r.hit.line.number <= VOCAB_AFTER]
         self.vocab_takers = [*near[-7:], rec]

@@ -292,6 +292,9 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
         )
         if cls == "unknown_error":
             vh = pick_vocabulary(rec)
+            if vh is None and any(v.cls == "unknown_error" and v.line is line for v in rec.vocab):
+                # "… crashed", "… died", "failed to start": a wrapper; its cause is printed before it
+                f.consequence = True
             if vh is not None:
                 cls = f.cls = vh.cls
                 f.rule, f.title, f.consequence, f.confidence = vh.rule_id, vh.title, False, "low"
@@ -418,7 +421,9 @@ def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
             ranks.update(f.ranks)
             merged.frames.extend(f.frames)
         merged.ranks = sorted(ranks)
-        merged.count = len(g)
+        merged.count = len(
+            {(f.source, f.line) for _r, f in g}
+        )  # lines, not rules: two rules on one line are one
         merged.severity = min((f.severity for _r, f in g), key=lambda s: SEVERITY_RANK.get(s, 9))
         merged.consequence = all(f.consequence for _r, f in g)
         if merged.oom_phase is None:
