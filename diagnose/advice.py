@@ -116,6 +116,11 @@ def len_down(n: int) -> int:
     return n // 1024 * 1024
 
 
+def len_up(n: int) -> int:
+    """The smallest round context length (2^k or 3·2^k, at least 1024) at or above n."""
+    return min(x for x in (m * 2**k for k in range(10, 26) for m in (1, 3)) if x >= n)
+
+
 def power_of_two_at_most(n: int) -> int:
     p = 1
     while p * 2 <= n:
@@ -546,19 +551,120 @@ class Advisor:
         self.generic("kv_cache_dtype")
         self.tp_valid(want_more=True)
 
+    def has(self, param: str) -> bool:
+        """Does the detected engine have this setting at all (its profile spells it)?"""
+        return param in self.ctx.profiles.get(self.ctx.engine).flags
+
+    def weights_fill_budget(self) -> str | None:
+        """The weights alone take (nearly) all the memory the engine may use: why, or None."""
+        f = self.ctx.finding
+        weights = _as_float(self.ctx.observed.get("weights_gib"))
+        total = _as_float(f.facts.get("total_gib") or self.ctx.observed.get("gpu_total_gib"))
+        util = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        if weights and total and weights >= 0.8 * util * total:
+            return (
+                f"the weights take {weights:g} GiB of the {util * total:.1f} GiB the engine may use "
+                f"({util:g} × {total:g} GiB): nothing is left to profile or cache"
+            )
+        return None
+
+    def for_oom_layered(self) -> None:
+        """Engines that place layers on the GPU (llama.cpp, Ollama): the weights' share is the
+        layer count, the KV cache and compute buffers follow the context size."""
+        f = self.ctx.finding
+        obs = self.ctx.observed
+        on_gpu = _as_int(obs.get("gpu_layers_offloaded")) or _as_int(self.ctx.current("gpu_layers"))
+        layers = _as_int(obs.get("gpu_layers_total"))
+        ctx_now = _as_int(obs.get("n_ctx")) or _as_int(self.ctx.current("max_model_len"))
+
+        def fewer_layers() -> None:
+            if on_gpu:
+                to = max(0, on_gpu * 3 // 4)
+                of = f" of {layers}" if layers else ""
+                self.add(
+                    "gpu_layers",
+                    to,
+                    f"{on_gpu}{of} layers were placed on the GPU; about a quarter fewer leave room "
+                    "(the rest run on the CPU, slower)",
+                    on_gpu,
+                )
+            else:
+                self.add(
+                    "gpu_layers",
+                    "fewer than now (the log's 'offloaded N/M layers to GPU' line says how many)",
+                    "the layers placed on the GPU did not fit; the rest run on the CPU",
+                )
+
+        def shorter_context() -> None:
+            if ctx_now:
+                self.add(
+                    "max_model_len",
+                    len_down(ctx_now // 2),
+                    f"the KV cache and compute buffers grow with the context ({ctx_now} tokens); half needs half",
+                    ctx_now,
+                )
+            else:
+                self.add(
+                    "max_model_len",
+                    "half the context now in use (the 'n_ctx' line shows it)",
+                    "the KV cache and compute buffers grow with the context",
+                )
+
+        if f.oom_phase == "load":
+            fewer_layers()
+            self.generic("model")
+            return
+        shorter_context()
+        if f.oom_phase == "startup" and "compute" in f.rule:
+            self.halve("max_num_batched_tokens", 512, "the compute buffer grows with the micro-batch", 64)
+        if self.has("kv_cache_dtype") and str(self.ctx.current("kv_cache_dtype") or "f16") in ("f16", "auto"):
+            self.add("kv_cache_dtype", "q8_0", "a q8_0 KV cache takes half the memory of f16", "f16")
+        fewer_layers()
+
     def for_oom(self) -> None:
         f = self.ctx.finding
         eng = self.ctx.engine
         other = f.facts.get("other_pid") and f.facts.get("self_listed")
+        if self.has("gpu_layers"):
+            self.for_oom_layered()
+            return
         if f.oom_phase == "load":
             if other:
                 self.free_gpu()
                 self.generic("env:CUDA_VISIBLE_DEVICES")
+            tp = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+            total = _as_float(f.facts.get("total_gib"))
+            gpus = self.ctx.visible_gpus
+            one_card = gpus == 1 or (gpus is None and tp == 1 and total is not None and total <= 32)
+            if one_card:
+                # one consumer card: there is no second GPU to split over; fewer bytes per weight is the way
+                self.generic("quantization")
+                self.add(
+                    "model",
+                    "a smaller or pre-quantised checkpoint (AWQ/GPTQ int4)",
+                    f"the weights do not fit one {total:g} GiB GPU"
+                    if total
+                    else "the weights do not fit one GPU",
+                )
+                if self.has("cpu_offload_gb"):
+                    self.add(
+                        "cpu_offload_gb",
+                        max(2, int(total // 4)) if total else 4,
+                        "keeps part of the weights in CPU memory (slower, but it loads)",
+                        self.ctx.current("cpu_offload_gb"),
+                    )
             self.tp_from_budget()
             self.tp_valid(want_more=True)
             self.generic("quantization")
             self.free_gpu()
+            # the weights did not fit: a smaller KV budget or fewer sequences cannot help
+            self.complete = True
             return
+        if f.oom_phase == "startup":
+            full = self.weights_fill_budget()
+            if full:
+                self.generic("quantization")
+                self.add("model", "a smaller or pre-quantised checkpoint (AWQ/GPTQ int4)", full)
         if f.oom_phase == "startup":
             if other:
                 self.free_gpu()
@@ -645,6 +751,45 @@ class Advisor:
             "expandable_segments:True",
             "reduces fragmentation, the usual cause of OOMs after hours of serving",
         )
+
+    def for_request(self) -> None:
+        """A request too long: when the prompt alone exceeds the context, only a longer
+        context helps (up to what the model allows); otherwise ask for fewer new tokens."""
+        f = self.ctx.finding
+        limit = _as_int(f.facts.get("max_model_len") or f.facts.get("max_model_len2"))
+        prompt = _as_int(
+            f.facts.get("input_tokens")
+            or f.facts.get("input_tokens2")
+            or f.facts.get("prompt_tokens")
+            or f.facts.get("prompt_tokens2")
+            or f.facts.get("requested_tokens")
+        )
+        if limit and prompt and prompt >= limit and self.has("max_model_len"):
+            model_max = _as_int(self.ctx.observed.get("model_max_len"))
+            want = len_up(int(prompt * 1.25))
+            cap = (
+                f" (the model allows {model_max})"
+                if model_max
+                else " if the model's max_position_embeddings allows it"
+            )
+            to = min(want, model_max) if model_max else want
+            if to > limit:
+                self.add(
+                    "max_model_len",
+                    to,
+                    f"the prompt alone has {prompt} tokens, over the {limit}-token context: only a longer "
+                    f"context serves it, with room for the answer{cap}",
+                    limit,
+                )
+                self.complete = True  # fewer new tokens cannot help a prompt that alone is too long
+                return
+        if prompt and limit and prompt < limit:
+            self.add(
+                "max_tokens",
+                limit - prompt,
+                f"the prompt has {prompt} tokens; {limit - prompt} new tokens fit the {limit}-token context",
+            )
+            self.complete = True
 
     def for_gpu_busy(self) -> None:
         f = self.ctx.finding
@@ -827,13 +972,17 @@ def advise_incomplete(
     launch: dict[str, Any],
     profiles: Profiles,
     observed: dict[str, Any] | None = None,
+    stopped: bool = False,
 ) -> list[Change]:
-    """A log that ends mid-startup with no error: what to try if it stays in that phase."""
+    """A log that ends mid-startup with no error: what to try if it stays in that phase (or
+    what it waited on, when someone stopped it there)."""
     observed = observed or {}
     # shards or ranks still waiting while others are up: the classic distributed stall
     waiting = (_as_int(observed.get("shard_waiting_rank")) or 0) >= 1
     multi = (_as_int(launch.get("tensor_parallel_size")) or 1) > 1 or waiting
-    stalled = last_phase in STALL_PRONE or (multi and last_phase in ("load_weights", "weights_loaded"))
+    stalled = (
+        stopped or last_phase in STALL_PRONE or (multi and last_phase in ("load_weights", "weights_loaded"))
+    )
     if not stalled:
         return []
     stall = Finding(
@@ -848,7 +997,13 @@ def advise_incomplete(
         facts={"phase": "distributed_init" if waiting else last_phase},
     )
     changes = advise(stall, engine, launch, profiles, observed=observed)
-    label = "distributed init" if last_phase == "distributed_init" else "startup with ranks still waiting"
+    label = (
+        f"{last_phase} (where it was stopped)"
+        if stopped
+        else "distributed init"
+        if last_phase == "distributed_init"
+        else "startup with ranks still waiting"
+    )
     for c in changes:
         c.why = f"if it stays in {label}: {c.why}"
     return changes

@@ -127,8 +127,10 @@ def diagnose(
     )
     status = status_of(findings, result.timeline)
     if primary is None and status == "incomplete":
+        # stopped by hand during a startup phase: someone waited there; say what it waits on
+        stopped = any(f.cls == "stop" for f in findings)
         advice = advise_incomplete(
-            last_phase(result.timeline), info.name, result.launch, know.profiles, result.observed
+            last_phase(result.timeline), info.name, result.launch, know.profiles, result.observed, stopped
         )
     return Diagnosis(
         source=source_name,

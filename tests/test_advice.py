@@ -123,3 +123,100 @@ def test_no_other_process_to_stop_when_the_failing_one_holds_the_memory(know):
     shared = _f("oom", total_gib=79.19, free_gib=1.02, process_gib=48.16, self_listed=True)
     shared.oom_phase = "load"
     assert "action:free_gpu" in [c.param for c in advise(shared, "vllm", {}, know.profiles)]
+
+
+def _scan_text(know, tmp_path, text):  # type: ignore[no-untyped-def]
+    from diagnose.pipeline import scan_paths
+
+    p = tmp_path / "serve.log"
+    p.write_text(text)
+    return scan_paths([str(p)], know)
+
+
+def test_load_oom_on_one_small_card_advises_fewer_bytes_not_more_gpus(know, tmp_path):
+    """A 16 GB card with tensor_parallel_size 1: no second GPU to split over."""
+    d = _scan_text(
+        know,
+        tmp_path,
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        "INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(model_tag='google/gemma-3-12b-it', "
+        "tensor_parallel_size=1)\n"
+        "INFO 05-26 18:53:50 [gpu_model_runner.py:1] Starting to load model google/gemma-3-12b-it...\n"
+        "ERROR 05-26 18:54:10 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "114.00 MiB. GPU 0 has a total capacity of 15.58 GiB of which 54.38 MiB is free. Including non-PyTorch "
+        "memory, this process has 15.42 GiB memory in use.\n",
+    )
+    assert d.primary is not None and d.primary.oom_phase == "load"
+    assert d.advice[0].param == "quantization"
+    assert "tensor_parallel_size" not in [c.param for c in d.advice[:2]]
+
+
+def test_startup_oom_when_the_weights_fill_the_budget_advises_fewer_bytes(know, tmp_path):
+    """14.25 GiB of weights on a 14.56 GiB T4 at utilisation 0.85: nothing left for profiling."""
+    d = _scan_text(
+        know,
+        tmp_path,
+        "(EngineCore pid=4) INFO 04-26 12:04:51 [gpu_model_runner.py:4820] Model loading took 14.25 GiB memory "
+        "and 53.5 seconds\n"
+        "(EngineCore pid=4) INFO 04-26 12:04:52 [gpu_worker.py:1] Memory profiling takes 1.0 seconds\n"
+        "(EngineCore pid=4) ERROR 04-26 12:05:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried "
+        "to allocate 1.02 GiB. GPU 0 has a total capacity of 14.56 GiB of which 111.81 MiB is free.\n",
+    )
+    assert d.primary is not None and d.primary.oom_phase == "startup"
+    assert d.advice[0].param == "quantization"
+    assert "14.25 GiB" in d.advice[1].why or "14.25 GiB" in d.advice[0].why or d.advice[1].param == "model"
+
+
+def test_layered_engine_oom_follows_the_buffer_that_failed(know, tmp_path):
+    """llama.cpp: tensor buffers → fewer GPU layers; KV/compute buffers → a shorter context."""
+    head = (
+        "llama_model_loader: loaded meta data with 29 key-value pairs and 292 tensors from m.gguf (version GGUF V3 (latest))\n"
+        "load_tensors: offloaded 33/33 layers to GPU\n"
+    )
+    d = _scan_text(
+        know,
+        tmp_path,
+        head
+        + "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: cudaMalloc failed: "
+        "out of memory\nllama_model_load: error loading model: unable to allocate CUDA0 buffer\n",
+    )
+    assert d.engine.name == "llamacpp" and d.primary.oom_phase == "load"
+    assert (
+        d.advice[0].param == "gpu_layers" and d.advice[0].to == "24" and d.advice[0].flag == "--n-gpu-layers"
+    )
+    d = _scan_text(
+        know,
+        tmp_path,
+        head + "llama_context: constructing llama_context\nllama_context: n_ctx         = 65536\n"
+        "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache\n",
+    )
+    assert d.primary.oom_phase == "startup"
+    assert (
+        d.advice[0].param == "max_model_len"
+        and d.advice[0].to == "32768"
+        and d.advice[0].flag == "--ctx-size"
+    )
+
+
+def test_ollama_advice_is_spelled_in_ollama_settings(know, tmp_path):
+    d = _scan_text(
+        know,
+        tmp_path,
+        'time=2025-03-07T08:41:43.913Z level=DEBUG source=cache.go:104 msg="loading cache slot" id=0 prompt=95938\n'
+        "CUDA error: out of memory\n"
+        "  current device: 2, in function alloc at //ml/backend/ggml/ggml/src/ggml-cuda/ggml-cuda.cu:445\n",
+    )
+    assert d.engine.name == "ollama" and d.primary.oom_phase == "runtime"
+    assert d.advice[0].param == "max_model_len" and d.advice[0].flag == "num_ctx"
+
+
+def test_a_stop_during_startup_says_what_that_phase_waits_on(know, tmp_path):
+    d = _scan_text(
+        know,
+        tmp_path,
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        "INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(model_tag='openai/gpt-oss-20b', port=8000)\n"
+        "KeyboardInterrupt\n",
+    )
+    assert d.status == "incomplete"
+    assert d.advice and d.advice[0].param == "env:HF_HUB_OFFLINE"
