@@ -13,6 +13,7 @@ import math
 from .engines import Profiles, flag_for
 from .hostports import free_port, port_holder
 from .model import Change, Finding
+from .params import fill_template
 from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -179,10 +180,15 @@ class Advisor:
     # --- parameters -------------------------------------------------------------------
 
     def util_lower(self, why_extra: str = "") -> None:
+        f = self.ctx.finding
         cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
         to = min(util_down(cur), UTIL_MAX)
+        other, total = _as_float(f.facts.get("other_gib")), _as_float(f.facts.get("total_gib"))
+        if other and total and other < total:
+            # another process holds `other` GiB: only a budget within what is left can start
+            to = min(to, math.floor((total - other) / total / UTIL_STEP) * UTIL_STEP)
         if to <= 0.3:
-            return
+            return  # the GPU is taken or nearly so: a smaller budget is no fix
         self.add(
             "gpu_memory_utilization",
             to,
@@ -210,6 +216,9 @@ class Advisor:
             self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
         )
         cur = _as_int(known) or 1
+        if known is None and f.ranks:
+            cur = max(cur, max(f.ranks) + 1)  # the log ran this many workers at least
+            known = cur
         gpus = (
             _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
             or self.ctx.visible_gpus
@@ -259,10 +268,15 @@ class Advisor:
 
     def run(self) -> list[Change]:
         f = self.ctx.finding
+        rule = self.ctx.rule
+        # a rule that names values knows this message better than the class's defaults
+        specific = rule is not None and any("to" in a for a in rule.advice)
+        if specific:
+            self.from_rule()
         handler = getattr(self, "for_" + f.cls, None)
         if handler is not None:
             handler()
-        if not self.complete:
+        if not self.complete and not specific:
             self.from_rule()
         return self.out
 
@@ -274,10 +288,11 @@ class Advisor:
             to = a.get("to")
             if to is not None:
                 try:
-                    to = str(to).format(**self.ctx.finding.facts)
-                except (KeyError, IndexError, ValueError):
-                    continue
-                self.add(param, to, a.get("why") or rule.title, self.ctx.current(param))
+                    to = fill_template(str(to), self.ctx.finding.facts)
+                    why = fill_template(str(a.get("why") or rule.title), self.ctx.finding.facts)
+                except (KeyError, ValueError):
+                    continue  # the line did not carry that number: the next candidate says more
+                self.add(param, to, why, self.ctx.current(param))
             else:
                 self.generic(param)
 
@@ -290,6 +305,38 @@ class Advisor:
                 self.util_lower()
         elif param == "tensor_parallel_size":
             self.tp_valid(want_more=f.cls in ("oom", "kv_cache_too_small", "preemption"))
+        elif param == "pipeline_parallel_size":
+            cur = _as_int(self.ctx.current("pipeline_parallel_size")) or 1
+            if f.cls == "tp_mismatch" and cur > 1:
+                self.add(
+                    param, 1, "this model cannot be split into pipeline stages; use tensor parallelism", cur
+                )
+            elif f.cls != "tp_mismatch":
+                self.add(param, cur * 2, f"splits the layers over {cur * 2} stages (GPUs or nodes)", cur)
+        elif param == "dtype":
+            cur = str(self.ctx.current("dtype") or "auto")
+            if "bfloat16" in cur or "bf16" in cur or cur == "auto":
+                self.add(
+                    param,
+                    "half",
+                    "float16 runs on every CUDA GPU; bfloat16 needs compute capability 8.0",
+                    cur,
+                )
+        elif param == "gpu_layers":
+            on_gpu = _as_int(self.ctx.observed.get("gpu_layers_offloaded"))
+            if on_gpu:
+                self.add(
+                    param,
+                    max(0, on_gpu * 3 // 4),
+                    f"{on_gpu} layers were on the GPU; a quarter fewer leave room",
+                    on_gpu,
+                )
+            else:
+                self.add(
+                    param,
+                    "fewer than now (the log's 'offloaded N/M layers to GPU' line says how many)",
+                    "the layers placed on the GPU did not fit; the rest run on the CPU",
+                )
         elif param == "max_num_seqs":
             self.halve(
                 "max_num_seqs",
@@ -956,10 +1003,8 @@ def _declared_first(changes: list[Change], engine: str, profiles: Profiles) -> l
     def known(c: Change) -> bool:
         return c.param in declared or c.param.startswith(("env:", "action:")) or c.param == "shm_size"
 
-    guessed = [c for c in changes if not known(c)]
-    for c in guessed:
-        c.why += " (a vLLM-style flag: skip it if your engine has no such setting)"
-    return [c for c in changes if known(c)] + guessed
+    # another engine's flags would be guesses a user cannot act on: only declared keys remain
+    return [c for c in changes if known(c) or c.param in ("model", "engine_version")]
 
 
 # Phases where a log that simply stops is, far more often than not, a stall worth acting on.

@@ -8,6 +8,7 @@ import re
 from .datacache import data_cache
 from .errors import RuleError
 from .model import CLASSES, OOM_PHASES, SEVERITIES
+from .params import TEMPLATE_RE, param_problem
 from .patterns import PatternError
 from .patterns import compile_pattern as _compile
 from .records import field, record
@@ -82,6 +83,10 @@ def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> Non
 
 def _str_list(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _pattern_groups(pattern: str) -> set[str]:
+    return set(re.findall(r"\(\?P<(\w+)>", pattern))
 
 
 def check_engines(engines: list[str], path: str, label: str, known: set[str] | None) -> None:
@@ -182,6 +187,19 @@ def parse_rule(
             "advice",
             f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}",
         )
+    for a in advice:
+        problem = param_problem(a["param"], "to" in a)
+        _need(problem is None, path, label, "advice", problem or "")
+        groups = set(compiled.groupindex) if compiled is not None else _pattern_groups(raw["pattern"])
+        for key in ("to", "why"):
+            for m in TEMPLATE_RE.finditer(str(a.get(key) or "")):
+                _need(
+                    m.group("name") in groups,
+                    path,
+                    label,
+                    f"advice.{key}",
+                    f"{{{m.group('name')}}} is not a named group of the pattern",
+                )
     phase = raw.get("oom_phase")
     _need(phase is None or phase in OOM_PHASES, path, label, "oom_phase", f"must be one of {OOM_PHASES}")
     scope = raw.get("scope", "message")

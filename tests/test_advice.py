@@ -220,3 +220,51 @@ def test_a_stop_during_startup_says_what_that_phase_waits_on(know, tmp_path):
     )
     assert d.status == "incomplete"
     assert d.advice and d.advice[0].param == "env:HF_HUB_OFFLINE"
+
+
+def test_env_advice_never_becomes_a_bare_1(know, tmp_path):
+    d = _scan_text(
+        know,
+        tmp_path,
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        "ERROR 05-01 10:00:00 [pynccl_wrapper.py:300] Failed to load NCCL library from libnccl.so.2. It is "
+        "expected if you are not running on NVIDIA/AMD GPUs.\n",
+    )
+    c = d.advice[0]
+    assert c.param == "env:VLLM_NCCL_SO_PATH" and c.to != "1" and "libnccl" in c.to
+
+
+def test_tensor_parallel_advice_starts_from_the_workers_the_log_ran(know):
+    """Four ranks failed in the log: doubling starts from 4, not from the default 1."""
+    f = Finding(
+        rule="torch.oom",
+        cls="oom",
+        severity="fatal",
+        title="",
+        line=1,
+        source="x",
+        evidence="",
+        oom_phase="load",
+        ranks=[0, 1, 2, 3],
+        facts={"total_gib": 79.2},
+    )
+    changes = advise(f, "vllm", {}, know.profiles)
+    tp = next(c for c in changes if c.param == "tensor_parallel_size")
+    assert tp.frm == "4" and tp.to == "8"
+
+
+def test_no_smaller_budget_when_another_process_holds_the_gpu(know):
+    f = Finding(
+        rule="torch.oom",
+        cls="oom",
+        severity="fatal",
+        title="",
+        line=1,
+        source="x",
+        evidence="",
+        oom_phase="startup",
+        facts={"total_gib": 80.0, "other_gib": 76.0, "other_pid": 99, "self_listed": "x", "free_gib": 0.1},
+    )
+    changes = advise(f, "vllm", {"gpu_memory_utilization": 0.9}, know.profiles)
+    assert "gpu_memory_utilization" not in [c.param for c in changes]
+    assert changes[0].param == "action:free_gpu"

@@ -78,6 +78,11 @@ GOOD["class"] = "oom"
         ({"needles": []}, "needles", "non-empty"),
         ({"severity": "meh"}, "severity", "is not one of"),
         ({"engines": ["not an engine"]}, "engines", "unknown engine"),
+        ({"advice": [{"param": "max_concurrent_requestz"}]}, "advice", "not a canonical parameter"),
+        ({"advice": [{"param": "env:VLLM_NCCL_SO_PATH"}]}, "advice", "needs a 'to' value"),
+        ({"advice": [{"param": "action:reboot"}]}, "advice", "is not one of"),
+        ({"advice": [{"param": "max_model_len", "to": "{missing}"}]}, "advice.to", "not a named group"),
+        ({"advice": [{"param": "port", "to": "1", "why": "{x*2} s"}]}, "advice.why", "not a named group"),
     ],
 )
 def test_rule_validation_names_file_rule_and_field(change, field, problem):
@@ -174,3 +179,21 @@ def test_validation_cache_trusts_only_unchanged_files(tmp_path, monkeypatch):
     (d / "mine.yaml").write_text(good.replace("(?P<user>\\w+)", "(?P<user>\\w+"))  # now broken
     third = load_rules([str(d)], include_builtin=False)
     assert third.rules == [] and "does not compile" in third.problems[0]
+
+
+def test_advice_values_are_filled_from_the_pattern_groups():
+    from diagnose.params import fill_template
+
+    assert fill_template("{waited_s*3}", {"waited_s": "600"}) == "1800"
+    assert fill_template("{n/2} tokens of {n}", {"n": "8,192"}) == "4096 tokens of 8,192"
+    with pytest.raises(KeyError):
+        fill_template("{nope}", {})
+
+
+def test_every_shipped_rule_keeps_the_advice_contract():
+    """Every shipped rule's advice names a canonical param, with a value or one the code computes."""
+    from diagnose.params import param_problem
+
+    for r in RULES:
+        for a in r.advice:
+            assert param_problem(a["param"], "to" in a) is None, (r.id, a)

@@ -1,0 +1,112 @@
+"""The canonical parameter names advice may use (DESIGN.md), and which of them the advice
+code can give a value to without the rule saying it. Checked when rules load: a rule that
+advises a name outside this list, or a valueless one nothing can compute, is a load error."""
+
+from __future__ import annotations
+
+import re
+
+# DESIGN.md's canonical names (vLLM's where vLLM has the concept), then the engines' own.
+CANONICAL_PARAMS = frozenset(
+    {
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "kv_cache_dtype",
+        "quantization",
+        "enforce_eager",
+        "cuda_graph_max_bs",
+        "enable_chunked_prefill",
+        "limit_mm_per_prompt",
+        "port",
+        "master_port",
+        "nccl_port",
+        "swap_space",
+        "cpu_offload_gb",
+        "dtype",
+        "trust_remote_code",
+        "attention_backend",
+        "max_tokens",
+        "shm_size",
+        "engine_version",
+        "model",
+        # the engines' own concepts
+        "gpu_layers",
+        "max_batch_total_tokens",
+        "schedule_conservativeness",
+        "disable_custom_all_reduce",
+    }
+)
+
+# Params whose value the advice code computes (advice.Advisor.generic and the class logic).
+COMPUTED_PARAMS = frozenset(
+    {
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "kv_cache_dtype",
+        "quantization",
+        "enforce_eager",
+        "cuda_graph_max_bs",
+        "port",
+        "master_port",
+        "nccl_port",
+        "dtype",
+        "trust_remote_code",
+        "max_tokens",
+        "shm_size",
+        "engine_version",
+        "model",
+        "gpu_layers",
+        "schedule_conservativeness",
+        "env:NCCL_DEBUG",
+        "env:NCCL_P2P_DISABLE",
+        "env:NCCL_SHM_DISABLE",
+        "env:CUDA_VISIBLE_DEVICES",
+        "action:free_gpu",
+        "action:free_port",
+        "action:reinstall",
+        "action:expose_gpu",
+    }
+)
+ACTIONS = frozenset({"action:free_gpu", "action:free_port", "action:reinstall", "action:expose_gpu"})
+_ENV_RE = re.compile(r"^env:[A-Z][A-Z0-9_]*$")
+# {group} or {group*3} / {group/2}: a named group of the rule's pattern, maybe scaled
+TEMPLATE_RE = re.compile(r"\{(?P<name>\w+)(?:(?P<op>[*/])(?P<k>\d+(?:\.\d+)?))?\}")
+
+
+def param_problem(param: str, has_value: bool) -> str | None:
+    """Why a rule may not advise this param (None when it may)."""
+    if param.startswith("env:"):
+        if not _ENV_RE.match(param):
+            return f"{param!r} is not an environment variable name"
+    elif param.startswith("action:"):
+        if param not in ACTIONS:
+            return f"{param!r} is not one of {', '.join(sorted(ACTIONS))}"
+    elif param not in CANONICAL_PARAMS:
+        return f"{param!r} is not a canonical parameter (DESIGN.md)"
+    if not has_value and param not in COMPUTED_PARAMS:
+        return f"{param!r} needs a 'to' value: nothing computes one for it"
+    return None
+
+
+def fill_template(text: str, facts: dict[str, object]) -> str:
+    """`{group}` and `{group*k}` replaced from the finding's facts; KeyError when one is missing."""
+
+    def one(m: re.Match[str]) -> str:
+        v = facts[m.group("name")]
+        if not m.group("op"):
+            return str(v)
+        x = float(str(v).replace(",", ""))
+        k = float(m.group("k"))
+        y = x * k if m.group("op") == "*" else x / k
+        return str(int(y)) if y == int(y) else f"{y:g}"
+
+    return TEMPLATE_RE.sub(one, text)
