@@ -36,7 +36,9 @@ class Format(StrEnum):
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    # on a pipe nothing wraps: one record per line, as grep and awk expect
+    wide = None if sys.stdout is not None and sys.stdout.isatty() else 100_000
+    return Console(highlight=False, soft_wrap=True, width=wide)
 
 
 RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
@@ -661,8 +663,17 @@ def check(
 
 @rules_app.command("list")
 def rules_list(rules: RulesOpt = None) -> None:
-    """Every rule with its class, severity and engines."""
+    """Every engine profile, then every rule with its class, severity and engines."""
     know = load_knowledge(rules)
+    engines = Table(box=None, pad_edge=False, show_edge=False)
+    for col in ("engine", "title", "phases", "profile"):
+        engines.add_column(col, overflow="fold")
+    for name in know.engines:
+        prof = know.profiles.get(name)
+        phases = sorted({m.phase for m in prof.markers if m.what == "phases" and m.phase})
+        engines.add_row(name, prof.title, str(len(phases)), os.path.basename(prof.path) or "(built in)")
+    _console().print(engines)
+    _console().print()
     table = Table(box=None, pad_edge=False, show_edge=False)
     for col in ("id", "class", "severity", "engines", "title"):
         table.add_column(col, overflow="fold")
@@ -673,15 +684,20 @@ def rules_list(rules: RulesOpt = None) -> None:
 
 @rules_app.command("show")
 def rules_show(
-    rule_id: Annotated[str, typer.Argument(help="Rule id, e.g. torch.oom")], rules: RulesOpt = None
+    rule_id: Annotated[str, typer.Argument(help="Rule id (e.g. torch.oom) or engine (e.g. ollama)")],
+    rules: RulesOpt = None,
 ) -> None:
-    """What a rule catches, why it happens, a real example and the change it leads to."""
+    """What a rule catches, why it happens, a real example and the change it leads to; or an
+    engine's profile: detection, phases, flag spellings and defaults."""
     from .engines import flag_for
 
     know = load_knowledge(rules)
     r = know.rules.by_id(rule_id)
+    if r is None and rule_id in know.profiles.by_engine:
+        _show_profile(know, rule_id)
+        return
     if r is None:
-        raise InputError(f"no rule {rule_id!r} (see `diagnose rules list`)")
+        raise InputError(f"no rule or engine {rule_id!r} (see `diagnose rules list`)")
     c = _console()
     c.print(Text(f"{r.id}  ({r.cls or 'benign'}, {r.severity}; {', '.join(r.engines)})", style="bold"))
     c.print(Text(r.title))
@@ -705,10 +721,40 @@ def rules_show(
         c.print(Text("The change (first applicable, one at a time)", style="bold"))
         for a in r.advice:
             spell = ", ".join(
-                f"{e}: {flag_for(know.profiles, e, a['param'])}" for e in ("vllm", "sglang", "tgi")
+                f"{e}: {flag_for(know.profiles, e, a['param'])}"
+                for e in (r.engines if "any" not in r.engines else know.engines)
+                if e != "generic" and (a["param"] in know.profiles.get(e).flags or ":" in a["param"])
             )
             c.print(Text(f"  {a['param']}" + (f" → {a['to']}" if a.get("to") else "") + f"   ({spell})"))
     c.print(Text(f"\n  defined in {r.path}", style="dim"))
+
+
+def _show_profile(know, name: str) -> None:  # type: ignore[no-untyped-def]
+    prof = know.profiles.get(name)
+    c = _console()
+    c.print(Text(f"{name}  ({prof.title})", style="bold"))
+    c.print(Text(f"  defined in {prof.path or '(built in)'}", style="dim"))
+    for what, label in (("detect", "Detection"), ("version", "Version"), ("phases", "Phases")):
+        ms = [m for m in prof.markers if m.what == what]
+        if not ms:
+            continue
+        c.print()
+        c.print(Text(label, style="bold"))
+        for m in ms:
+            head = f"  {m.phase:<16} " if what == "phases" else (f"  weight {m.weight:<3} " if what == "detect" else "  ")
+            c.print(Text(head + m.pattern))
+    if prof.flags:
+        c.print()
+        c.print(Text("Parameters (canonical → this engine's spelling, default)", style="bold"))
+        for param, flag in sorted(prof.flags.items()):
+            default = prof.defaults.get(param)
+            c.print(Text(f"  {param:<26} {flag}" + (f"   (default {default})" if default is not None else "")))
+    rules = [r for r in know.rules.rules if name in r.engines]
+    if rules:
+        c.print()
+        c.print(Text(f"Its own rules ({len(rules)}; the `any` rules apply too)", style="bold"))
+        for r in rules:
+            c.print(Text(f"  {r.id}  {r.title}"))
 
 
 @rules_app.command("test")

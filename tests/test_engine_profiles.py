@@ -1,0 +1,134 @@
+"""Engines are data: the engine list is the set of profiles, and a new engine needs a profile
+and rules in YAML, no code. Also: every shipped profile detects its own lines and no other's."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from .conftest import FIXTURES, run
+
+NINTH_PROFILE = textwrap.dedent("""\
+    engine: mistralrs
+    title: mistral.rs server
+    detect:
+      - needles: ["mistralrs_server", "mistralrs_core"]
+        pattern: 'mistralrs_(?:server|core)'
+        weight: 10
+        examples: ["2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)"]
+    phases:
+      - phase: args
+        needles: ["Model kind is"]
+        pattern: 'Model kind is: '
+        examples: ["2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)"]
+      - phase: load_weights
+        needles: ["Loading `"]
+        pattern: 'Loading `[^`]+`'
+        examples: ["2025-06-01T10:00:01.000Z INFO mistralrs_core::pipeline::normal: Loading `model.safetensors`"]
+      - phase: kv_cache
+        needles: ["for PagedAttention KV cache"]
+        pattern: 'Allocating \\d+ MB for PagedAttention KV cache'
+        examples: ["2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache"]
+      - phase: ready
+        needles: ["Serving on http"]
+        pattern: 'Serving on http'
+        examples: ["2025-06-01T10:00:12.000Z INFO mistralrs_server: Serving on http://0.0.0.0:1234."]
+    flags:
+      gpu_memory_utilization: --pa-gpu-mem-usage
+      max_model_len: --max-seq-len
+      max_num_seqs: --max-seqs
+    defaults:
+      gpu_memory_utilization: 0.9
+      max_num_seqs: 16
+    """)
+
+NINTH_RULE = textwrap.dedent("""\
+    - id: mistralrs.oom
+      engines: [mistralrs]
+      class: oom
+      severity: fatal
+      needles: ["CUDA_ERROR_OUT_OF_MEMORY"]
+      pattern: 'DriverError\\(CUDA_ERROR_OUT_OF_MEMORY'
+      title: The CUDA driver ran out of memory (mistral.rs)
+      examples:
+        match: ['2025-06-01T10:00:10.000Z ERROR mistralrs_server: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")']
+        no_match: ["2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache"]
+    """)
+
+NINTH_LOG = textwrap.dedent("""\
+    2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)
+    2025-06-01T10:00:01.000Z INFO mistralrs_core::pipeline::normal: Loading `model.safetensors`
+    2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache
+    2025-06-01T10:00:10.000Z ERROR mistralrs_server: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")
+    """)
+
+
+@pytest.fixture()
+def ninth(tmp_path):  # type: ignore[no-untyped-def]
+    rules = tmp_path / "rules"
+    (rules / "engines").mkdir(parents=True)
+    (rules / "engines" / "mistralrs.yaml").write_text(NINTH_PROFILE)
+    (rules / "mistralrs.yaml").write_text(NINTH_RULE)
+    log = tmp_path / "serve.log"
+    log.write_text(NINTH_LOG)
+    return rules, log
+
+
+def test_a_ninth_engine_is_one_profile_and_its_rules(cli, ninth):
+    rules, log = ninth
+    p = run([*cli, "scan", "--json", "--rules", str(rules), str(log)])
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["engine"]["name"] == "mistralrs"
+    assert [m["phase"] for m in doc["timeline"]] == ["args", "load_weights", "kv_cache"]
+    assert doc["primary"]["rule"] == "mistralrs.oom" and doc["primary"]["oom_phase"] == "startup"
+    first = doc["advice"][0]
+    assert first["param"] == "gpu_memory_utilization" and first["flag"] == "--pa-gpu-mem-usage"
+    assert first["to"] == "0.85"
+    # the engine list is the set of profiles: --engine accepts it, rules list and show know it
+    p = run([*cli, "scan", "--engine", "mistralrs", "--rules", str(rules), str(log)])
+    assert p.returncode == 1 and b"--pa-gpu-mem-usage 0.85" in p.stdout
+    p = run([*cli, "rules", "list", "--rules", str(rules)])
+    assert b"mistralrs" in p.stdout and b"mistral.rs server" in p.stdout
+    p = run([*cli, "rules", "show", "mistralrs", "--rules", str(rules)])
+    assert p.returncode == 0 and b"--pa-gpu-mem-usage" in p.stdout and b"mistralrs.oom" in p.stdout
+
+
+def test_a_rule_for_an_engine_with_no_profile_is_named(cli, tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "mine.yaml").write_text(NINTH_RULE)
+    p = run([*cli, "rules", "list", "--rules", str(rules)])
+    err = p.stderr.decode()
+    assert "mine.yaml: rule mistralrs.oom: field 'engines': unknown engine 'mistralrs'" in err
+
+
+def test_unknown_engine_is_a_usage_error_naming_the_known_ones(cli):
+    p = run([*cli, "scan", "--engine", "nosuch", str(FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log")])
+    assert p.returncode == 2 and b"known: " in p.stderr and b"ollama" in p.stderr
+
+
+SAMPLES = {
+    "vllm": "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1",
+    "sglang": "[2025-01-23 19:35:20] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=1)",
+    "tgi": "2024-05-01T01:16:01.123456Z  INFO text_generation_launcher: Args { model_id: \"x\", num_shard: Some(1) }",
+    "ollama": 'time=2025-02-03T10:11:12.345Z level=INFO source=routes.go:1238 msg="Listening on 127.0.0.1:11434 (version 0.5.7)"',
+    "llamacpp": "main: server is listening on http://127.0.0.1:8080 - starting the main loop",
+    "lmdeploy": "2024-07-30 10:00:00,123 - lmdeploy - INFO - async_engine.py:304 - input backend=turbomind, backend_config=TurbomindEngineConfig(tp=1)",
+    "trtllm": "[07/08/2025-19:40:15] [TRT-LLM] [I] Use 27.54 GB for model weights.",
+}
+
+
+@pytest.mark.parametrize("engine", sorted(SAMPLES))
+def test_each_profile_claims_its_own_lines(know, tmp_path, engine):
+    from diagnose.pipeline import scan_paths
+
+    p = tmp_path / "x.log"
+    p.write_text(SAMPLES[engine] + "\n")
+    assert scan_paths([str(p)], know).engine.name == engine
+
+
+def test_the_engines_are_the_profiles(know):
+    assert know.engines == ["generic", "llamacpp", "lmdeploy", "ollama", "sglang", "tgi", "trtllm", "vllm"]
