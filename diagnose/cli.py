@@ -741,14 +741,20 @@ def _show_profile(know, name: str) -> None:  # type: ignore[no-untyped-def]
         c.print()
         c.print(Text(label, style="bold"))
         for m in ms:
-            head = f"  {m.phase:<16} " if what == "phases" else (f"  weight {m.weight:<3} " if what == "detect" else "  ")
+            head = (
+                f"  {m.phase:<16} "
+                if what == "phases"
+                else (f"  weight {m.weight:<3} " if what == "detect" else "  ")
+            )
             c.print(Text(head + m.pattern))
     if prof.flags:
         c.print()
         c.print(Text("Parameters (canonical → this engine's spelling, default)", style="bold"))
         for param, flag in sorted(prof.flags.items()):
             default = prof.defaults.get(param)
-            c.print(Text(f"  {param:<26} {flag}" + (f"   (default {default})" if default is not None else "")))
+            c.print(
+                Text(f"  {param:<26} {flag}" + (f"   (default {default})" if default is not None else ""))
+            )
     rules = [r for r in know.rules.rules if name in r.engines]
     if rules:
         c.print()

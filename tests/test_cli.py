@@ -146,8 +146,12 @@ def test_rules_commands(cli):
         p.returncode == 0
         and "Why it happens" in out
         and "--max-model-len" in out
-        and "--context-length" in out
+        and "--context-length" not in out  # a vLLM rule: only vLLM's spelling
     )
+    # a rule for every engine shows each engine's own spelling, where the engine has the setting
+    out = run([*cli, "rules", "show", "torch.oom"]).stdout.decode()
+    assert "sglang: --mem-fraction-static" in out and "lmdeploy: --cache-max-entry-count" in out
+    assert "ollama:" not in out.split("tensor_parallel_size", 1)[1].splitlines()[0]
     p = run([*cli, "rules", "show", "no.such.rule"])
     assert p.returncode == 2
     p = run([*cli, "rules", "test", str(KV_LOG)])

@@ -113,7 +113,7 @@ def test_unknown_engine_is_a_usage_error_naming_the_known_ones(cli):
 SAMPLES = {
     "vllm": "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1",
     "sglang": "[2025-01-23 19:35:20] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', tp_size=1)",
-    "tgi": "2024-05-01T01:16:01.123456Z  INFO text_generation_launcher: Args { model_id: \"x\", num_shard: Some(1) }",
+    "tgi": '2024-05-01T01:16:01.123456Z  INFO text_generation_launcher: Args { model_id: "x", num_shard: Some(1) }',
     "ollama": 'time=2025-02-03T10:11:12.345Z level=INFO source=routes.go:1238 msg="Listening on 127.0.0.1:11434 (version 0.5.7)"',
     "llamacpp": "main: server is listening on http://127.0.0.1:8080 - starting the main loop",
     "lmdeploy": "2024-07-30 10:00:00,123 - lmdeploy - INFO - async_engine.py:304 - input backend=turbomind, backend_config=TurbomindEngineConfig(tp=1)",
