@@ -78,6 +78,10 @@ def scan(
             "--merge", help="Several files are the logs of one run (nodes, ranks): one diagnosis, by time."
         ),
     ] = False,
+    show_secrets: Annotated[
+        bool,
+        typer.Option("--show-secrets", help="Print tokens, keys and passwords found in the log (local use)."),
+    ] = False,
 ) -> None:
     """Read server logs and say what failed, when, and the next change to make (one report per file)."""
     # the same checks as scan_command.read_scan_argv, which hands these cases here
@@ -85,7 +89,7 @@ def scan(
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config, merge)
+    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config, merge, show_secrets)
     raise typer.Exit(rc)
 
 

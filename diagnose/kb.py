@@ -72,45 +72,8 @@ def template(line: str) -> str:
     return re.sub(r"\s+", " ", t)[:300]
 
 
-# Compiled when a redaction first needs them (re caches them): only `kb add` does.
-_SECRETS = [
-    ("huggingface token", r"\bhf_[A-Za-z0-9]{20,}\b"),
-    ("api key", r"\bsk-[A-Za-z0-9_-]{16,}\b"),
-    ("bearer token", r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
-    ("password in url", r"([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
-    (
-        "api key",
-        r"(?i)((?:api[_-]?key|token|secret|password)['\"]?\s*[=:]\s*['\"]?)(?!<redacted)[^\s'\",)]{4,}",
-    ),
-    ("api key", r"(?i)(--(?:api-key|hf-token|token)[= ])(?!<redacted)\S+"),
-]
-
-
-def redact(text: str, found: dict[str, int]) -> str:
-    for kind, source in _SECRETS:
-        pat = re.compile(source)
-
-        def sub(m: re.Match[str], kind: str = kind) -> str:
-            found[kind] = found.get(kind, 0) + 1
-            groups = m.groups()
-            if len(groups) == 2:
-                return f"{groups[0]}<redacted>{groups[1]}"
-            if len(groups) == 1:
-                return f"{groups[0]}<redacted>"
-            return "<redacted>"
-
-        text = pat.sub(sub, text)
-    return text
-
-
-def redact_tree(value: Any, found: dict[str, int]) -> Any:
-    if isinstance(value, str):
-        return redact(value, found)
-    if isinstance(value, list):
-        return [redact_tree(v, found) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_tree(v, found) for k, v in value.items()}
-    return value
+# Redaction lives in redact.py (one list for every output and the store); re-exported here.
+from .redact import redact, redact_tree  # noqa: E402
 
 
 # --- incidents ------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def diagnose(
     snapshot_error: DeviceError | None = None,
     extra: list[Finding] | None = None,
     shape: ModelShape | None = None,
+    show_secrets: bool = False,
 ) -> Diagnosis:
     info = detect_engine(result, engine)
     findings = build_findings(result, know.profiles, info.name) + list(extra or [])
@@ -132,7 +133,7 @@ def diagnose(
         advice = advise_incomplete(
             last_phase(result.timeline), info.name, result.launch, know.profiles, result.observed, stopped
         )
-    return Diagnosis(
+    d = Diagnosis(
         source=source_name,
         engine=info,
         status=status,
@@ -146,6 +147,11 @@ def diagnose(
         lines_read=result.lines,
         unmatched_errors=result.unmatched_errors,
     )
+    if not show_secrets:
+        from .redact import redact_diagnosis
+
+        redact_diagnosis(d)
+    return d
 
 
 def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]
@@ -190,6 +196,7 @@ def scan_paths(
     engine: str | None = None,
     gpus: str | None = None,
     config: str | None = None,
+    show_secrets: bool = False,
 ) -> Diagnosis:
     """One diagnosis of these paths read as one log (several: the logs of one run, interleaved
     by their timestamps)."""
@@ -203,4 +210,4 @@ def scan_paths(
         from .budget import load_config, shape_from_config
 
         shape = shape_from_config(load_config(config))
-    return diagnose(result, know, name, engine, snapshot, snap_err, shape=shape)
+    return diagnose(result, know, name, engine, snapshot, snap_err, shape=shape, show_secrets=show_secrets)

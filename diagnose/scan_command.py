@@ -30,6 +30,7 @@ SCAN_OPTIONS: dict[str, tuple[str, str]] = {
     "--kb": ("kb", "multi"),
     "--config": ("config", "value"),
     "--merge": ("merge", "flag"),
+    "--show-secrets": ("show_secrets", "flag"),
 }
 
 
@@ -105,6 +106,7 @@ def run_scan(
     kb: list[str] | None = None,
     config: str | None = None,
     merge: bool = False,
+    show_secrets: bool = False,
 ) -> int:
     """Scan, print the diagnosis, return the exit code (options already checked).
 
@@ -120,7 +122,7 @@ def run_scan(
     know.check_engine(engine)  # the engines are the profiles, user ones included
     paths = list(files or ["-"])
     if merge or len(paths) == 1:
-        d = scan_paths(paths, know, engine, gpus=gpus, config=config)
+        d = scan_paths(paths, know, engine, gpus=gpus, config=config, show_secrets=show_secrets)
         d.kb = kb_matches(d, kb)
         if json_out or fmt == "json":
             print(render_json(d))
@@ -133,7 +135,7 @@ def run_scan(
     unreadable = 0
     for path in paths:
         try:
-            d = scan_paths([path], know, engine, gpus=gpus, config=config)
+            d = scan_paths([path], know, engine, gpus=gpus, config=config, show_secrets=show_secrets)
         except InputError as e:
             say_error(str(e))
             unreadable += 1

@@ -94,10 +94,10 @@ def test_template_masks_what_changes():
     "secret,kind",
     [
         ("HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "huggingface token"),
-        ("--api-key sk-proj-AbCdEfGhIjKlMnOpQrSt", "api key"),
+        ("--api-key sk-proj-AbCdEfGhIjKlMnOpQrSt", "openai key"),
         ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload", "bearer token"),
         ("https://alice:s3cr3t-pass@hub.example.com/models", "password in url"),
-        ("api_key='token-abc123'", "api key"),
+        ("api_key='token-abc123'", "secret setting"),
     ],
 )
 def test_each_secret_kind_is_redacted(secret, kind):

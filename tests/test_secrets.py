@@ -1,0 +1,104 @@
+"""Nothing secret leaves the process or is stored: a corpus of secret kinds, each in a real
+failing log line, through every output (scan text/markdown/JSON, several files, watch --json,
+kb add, kb export)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from .conftest import ROOT, run
+
+# (kind, the text as it appears in a log, the part that must never come out)
+CORPUS = [
+    ("huggingface", "HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345", "hf_AbCdEfGhIjKlMnOpQrSt"),
+    ("openai", "--api-key sk-proj-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKlMnOpQrStUvWx"),
+    ("anthropic", "key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv", "api03-AbCdEfGhIjKlMnOp"),
+    ("github", "token ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "ghp_AbCdEfGhIjKlMnOpQrSt"),
+    ("slack", "hook xoxb-1234567890-abcdefghijklmnop", "xoxb-1234567890"),
+    ("aws key id", "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    ("aws secret", "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("gcp", "key=AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW", "AIzaSyA1b2C3d4E5f6G7h8"),
+    (
+        "azure",
+        "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=AbCdEfGhIjKlMnOpQrStUvWx==",
+        "AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+    (
+        "jwt",
+        "cookie eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+        "dozjgNryP4J3jVmNHl0w5N",
+    ),
+    ("bearer", "Authorization: Bearer abcDEF123456ghiJKL", "abcDEF123456ghiJKL"),
+    ("url password", "https://alice:s3cr3t-pass@hub.example.com/models", "s3cr3t-pass"),
+    ("password setting", "password=hunter2hunter2", "hunter2hunter2"),
+    ("private key", "-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEA7", "MIIEowIBAAKCAQEA7"),
+]
+
+
+def _log(tmp_path, secret: str, name: str = "serve.log"):  # type: ignore[no-untyped-def]
+    p = tmp_path / name
+    p.write_text(
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        f"INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(model_tag='x', hf_token='{secret}', port=8000)\n"
+        f"ERROR 05-26 18:54:00 [core.py:1] OSError: You are trying to access a gated repo ({secret}). "
+        "401 Client Error: Unauthorized\n"
+    )
+    return p
+
+
+@pytest.mark.parametrize("kind,secret,part", CORPUS, ids=[c[0] for c in CORPUS])
+def test_no_secret_in_any_scan_output(cli, tmp_path, kind, secret, part):
+    log = _log(tmp_path, secret)
+    for args in (["scan"], ["scan", "--json"], ["scan", "--format", "markdown"], ["scan", "--all"]):
+        p = run([*cli, *args, str(log)])
+        assert p.returncode == 1, p.stderr
+        assert part.encode() not in p.stdout + p.stderr, (kind, args)
+    p = run([*cli, "scan", "--json", str(log), str(_log(tmp_path, secret, "b.log"))])
+    assert part.encode() not in p.stdout and len(json.loads(p.stdout)) == 2
+
+
+def test_show_secrets_keeps_them_for_local_use(cli, tmp_path):
+    log = _log(tmp_path, "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345")
+    p = run([*cli, "scan", "--show-secrets", str(log)])
+    assert b"hf_AbCdEfGhIjKlMnOpQrSt" in p.stdout
+
+
+def test_no_secret_in_watch_json(cli, tmp_path):
+    log = _log(tmp_path, "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345")
+    p = subprocess.run(
+        [*cli, "watch", str(log), "--json", "--timeout", "20"], capture_output=True, timeout=60, cwd=ROOT
+    )
+    assert b"hf_AbCdEfGhIjKlMnOpQrSt" not in p.stdout + p.stderr
+    assert json.loads(p.stdout)["status"] == "failed"
+
+
+def test_no_secret_in_the_incident_store_or_its_export(cli, tmp_path):
+    store = tmp_path / "kb"
+    env = {"DIAGNOSE_KB": str(store)}
+    parts = []
+    for i, (_kind, secret, part) in enumerate(CORPUS):
+        log = _log(tmp_path, secret, f"s{i}.log")
+        p = run(
+            [
+                *cli,
+                "kb",
+                "add",
+                "--from-log",
+                str(log),
+                "--root-cause",
+                f"gated repo, token {secret}",
+                "--fix",
+                "log in with a token that has access",
+            ],
+            env=env,
+        )
+        assert p.returncode == 0, p.stderr
+        parts.append(part)
+    stored = "".join(f.read_text() for f in store.glob("*.yaml"))
+    exported = run([*cli, "kb", "export"], env=env).stdout.decode()
+    listed = run([*cli, "kb", "list"], env=env).stdout.decode()
+    for part in parts:
+        assert part not in stored and part not in exported and part not in listed, part
