@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
+from .redact import redact, redact_tree  # one list for every output and the store
+
+__all__ = ["redact", "redact_tree"]  # re-exported: tests and tools use them through kb
 from .model import CLASSES, Diagnosis
 from .records import field, record
 from .rules import builtin_rules_dir, yaml_files
@@ -70,10 +73,6 @@ def template(line: str) -> str:
     for pat, repl in _MASKS:
         t = pat.sub(repl, t)
     return re.sub(r"\s+", " ", t)[:300]
-
-
-# Redaction lives in redact.py (one list for every output and the store); re-exported here.
-from .redact import redact, redact_tree  # noqa: E402
 
 
 # --- incidents ------------------------------------------------------------------------------
