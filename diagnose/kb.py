@@ -22,9 +22,7 @@ from collections.abc import Iterator
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
-from .redact import redact, redact_tree  # one list for every output and the store
-
-__all__ = ["redact", "redact_tree"]  # re-exported: tests and tools use them through kb
+from .redact import redact_tree  # one list for every output and the store
 from .model import CLASSES, Diagnosis
 from .records import field, record
 from .rules import builtin_rules_dir, yaml_files

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 import yaml
 
-from diagnose.kb import KnowledgeBase, add_incident, incident_from, redact, template
+from diagnose.kb import KnowledgeBase, add_incident, incident_from, template
+from diagnose.redact import redact
 from diagnose.pipeline import scan_paths
 
 from .conftest import FIXTURES, run
