@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
-from .redact import redact_tree  # one list for every output and the store
 from .model import CLASSES, Diagnosis
 from .records import field, record
+from .redact import redact_tree  # one list for every output and the store
 from .rules import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)

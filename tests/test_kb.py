@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from diagnose.kb import KnowledgeBase, add_incident, incident_from, template
-from diagnose.redact import redact
 from diagnose.pipeline import scan_paths
+from diagnose.redact import redact
 
 from .conftest import FIXTURES, run
 
