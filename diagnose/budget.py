@@ -584,8 +584,14 @@ _GPUS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*(?:G(?:i)?B?)?\s*
 
 
 def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
-    """`2x80` → (2, 80.0): two GPUs of 80 GiB."""
+    """`2x80` → (2, 80.0): two GPUs of 80 GiB. None when it is not that form; an InputError
+    when it is, with a count or size that cannot be (0x80, 2x0)."""
     m = _GPUS_RE.match(spec)
     if not m:
         return None
-    return int(m.group(1)), float(m.group(2))
+    n, gib = int(m.group(1)), float(m.group(2))
+    if n < 1 or n > 4096:
+        raise ConfigError(f"--gpus {spec}: the GPU count must be between 1 and 4096")
+    if not 0 < gib <= 4096:
+        raise ConfigError(f"--gpus {spec}: the memory per GPU must be between 0 and 4096 GiB")
+    return n, gib

@@ -41,6 +41,24 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=wide)
 
 
+def _at_least(hint: str, value: float | None, low: float) -> None:
+    """A count or size that must be at least `low` (and a number): a usage error otherwise."""
+    import math
+
+    if value is not None and (math.isnan(value) or value < low):
+        raise typer.BadParameter(f"{value!r} is not allowed: it must be at least {low:g}", param_hint=hint)
+
+
+def _fraction(hint: str, value: float | None) -> None:
+    """A share of memory: in (0, 1]."""
+    import math
+
+    if value is not None and (math.isnan(value) or not 0 < value <= 1):
+        raise typer.BadParameter(
+            f"{value!r} is not a fraction: give a value in (0, 1], e.g. 0.9", param_hint=hint
+        )
+
+
 RulesOpt = Annotated[list[str] | None, typer.Option("--rules", help="Extra rules directory (repeatable).")]
 KbOpt = Annotated[
     list[str] | None,
@@ -110,6 +128,7 @@ def device(
     ] = None,
 ) -> None:
     """The GPUs in one line: count, model, memory, use, drivers; then what stands in the way."""
+    _at_least("--tp", parallel, 1)
     import json
 
     from .device import apply_visible_devices, parse_nvidia_smi, query_live
@@ -307,6 +326,14 @@ def probe(
 
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter("the URL must start with http:// or https://", param_hint="URL")
+    _at_least("--max-tokens", max_tokens, 1)
+    for hint, v in (
+        ("--connect-timeout", connect_timeout),
+        ("--first-byte-timeout", first_byte_timeout),
+        ("--idle-timeout", idle_timeout),
+    ):
+        _at_least(hint, v, 0.001)
+    _at_least("--tolerance", tolerance, 0)
     res = run_probe(
         url, model, prompt, max_tokens, chat, Timeouts(connect_timeout, first_byte_timeout, idle_timeout)
     )
@@ -572,6 +599,11 @@ def plan(
 
     if engine not in ("vllm", "sglang", "generic"):
         raise typer.BadParameter("vllm, sglang or generic", param_hint="--engine")
+    _at_least("--tp", tp, 1)
+    _at_least("--pp", pp, 1)
+    _at_least("--max-model-len", max_model_len, 1)
+    _at_least("--max-num-seqs", max_num_seqs, 1)
+    _fraction("--gpu-memory-utilization", util)
     shape = shape_from_config(load_config(config), quantization, dtype)
     count, total, used, summary = _gpus_from(gpus, tp)
     p = make_plan(

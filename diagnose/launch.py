@@ -271,20 +271,34 @@ def _parse_command_line(text: str) -> dict[str, Any]:
     i = 0
     while i < len(words):
         w = words[i]
-        if w.startswith("--"):
-            key = w[2:]
+        if w.startswith("-") and len(w) > 1 and not _is_number(w):
+            key = w.lstrip("-")  # --max-model-len, -tp, -c, -ngl
+            nxt = words[i + 1] if i + 1 < len(words) else None
             if "=" in key:
                 key, val = key.split("=", 1)
                 out[key.replace("-", "_")] = _scalar(val)
-            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
-                out[key.replace("-", "_")] = _scalar(words[i + 1])
+            elif nxt is not None and (not nxt.startswith("-") or _is_number(nxt)):
+                out[key.replace("-", "_")] = _scalar(nxt)
                 i += 1
             else:
                 out[key.replace("-", "_")] = True
-        elif i > 0 and words[i - 1] == "serve" and "model" not in out:
-            out["model"] = w
+        elif (
+            i > 0
+            and words[i - 1].rsplit("/", 1)[-1] in ("serve", "api_server", "trtllm-serve")
+            and "model" not in out
+            and w not in ("api_server", "gradio", "proxy")
+        ):
+            out["model"] = w  # vllm serve M, lmdeploy serve api_server M, trtllm-serve M
         i += 1
     return out
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
 
 
 def _scalar(s: str) -> Any:

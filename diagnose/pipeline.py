@@ -174,8 +174,23 @@ def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict 
 
 
 def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]:
-    """Read `--gpus FILE`: a snapshot, or the driver error it reports; other problems raise."""
-    from .device import DeviceError, parse_nvidia_smi
+    """Read `--gpus FILE` (or `--gpus 2x80`, two GPUs of 80 GiB): a snapshot, or the driver
+    error it reports; other problems raise."""
+    import os
+
+    from .device import DeviceError, DeviceSnapshot, Gpu, parse_nvidia_smi
+
+    if not os.path.exists(path):
+        from .budget import parse_gpus_spec
+
+        given = parse_gpus_spec(path)
+        if given is not None:
+            n, gib = given
+            gpus = [
+                Gpu(index=i, name="(given)", memory_total_mib=int(gib * 1024), memory_used_mib=None)
+                for i in range(n)
+            ]
+            return DeviceSnapshot(gpus=gpus, source="given"), None
 
     try:
         with open(path, encoding="utf-8", errors="replace") as f:

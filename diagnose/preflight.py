@@ -15,39 +15,38 @@ from .engines import Profiles, flag_for
 from .errors import InputError
 from .model import Change
 
-ALIASES = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dp": "data_parallel_size",
-    "q": "quantization",
-    "model_path": "model",
-    "model_id": "model",
-    "tp_size": "tensor_parallel_size",
-    "pp_size": "pipeline_parallel_size",
-    "num_shard": "tensor_parallel_size",
-    "mem_fraction_static": "gpu_memory_utilization",
-    "cuda_memory_fraction": "gpu_memory_utilization",
-    "context_length": "max_model_len",
-    "max_total_tokens": "max_model_len",
-    "max_running_requests": "max_num_seqs",
-    "max_concurrent_requests": "max_num_seqs",
-}
 VERIFY = "run `diagnose check` again, then start it under `diagnose watch`"
 
-
-def detect_engine(cmd: list[str]) -> str:
-    joined = " ".join(cmd)
-    if "sglang" in joined:
-        return "sglang"
-    if "text-generation-launcher" in joined:
-        return "tgi"
-    if "vllm" in joined:
-        return "vllm"
-    return "generic"
+# Parameters a launch cannot give a value below 1 to, and shares of memory in (0, 1].
+COUNTS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
 
 
-def parse_launch(cmd: list[str]) -> tuple[str, dict[str, Any]]:
-    """The engine and its parameters (canonical names) from a launch command or a YAML config."""
+def engine_of_command(joined: str, profiles: Profiles) -> str | None:
+    """The engine whose profile knows this command line (its `command_line` launch marker)."""
+    for name, prof in sorted(profiles.by_engine.items()):
+        for m in prof.markers:
+            if m.what == "launch" and m.kind == "command_line" and m.search(joined):
+                return name
+    return None
+
+
+def parse_launch(cmd: list[str], profiles: Profiles | None = None) -> tuple[str, dict[str, Any]]:
+    """The engine and its parameters (canonical names) from a launch command or the generic
+    engine's YAML config. One reader serves `check`, `run` and the launch lines in logs: the
+    engine from its profile's command-line marker, the names from its profile."""
+    from .launch import _parse_command_line, canonical_launch
+
+    if profiles is None:
+        from .engines import load_profiles
+
+        profiles = load_profiles()
+    generic = profiles.get("generic")
     if len(cmd) == 1 and cmd[0].endswith((".yaml", ".yml")) and Path(cmd[0]).is_file():
         try:
             data = yaml.safe_load(Path(cmd[0]).read_text()) or {}
@@ -55,46 +54,38 @@ def parse_launch(cmd: list[str]) -> tuple[str, dict[str, Any]]:
             raise InputError(f"{cmd[0]}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
             raise InputError(f"{cmd[0]}: the generic engine's config must be a mapping")
-        return "generic", {ALIASES.get(k, k): v for k, v in data.items()}
-    if len(cmd) == 1:
-        cmd = shlex.split(cmd[0])
-    engine = detect_engine(cmd)
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(cmd):
-        w = cmd[i]
-        if w.startswith("-") and len(w) > 1 and not _number(w):
-            key = w.lstrip("-")
-            val: Any = True
-            if "=" in key:
-                key, val = key.split("=", 1)
-            elif i + 1 < len(cmd) and (not cmd[i + 1].startswith("-") or _number(cmd[i + 1])):
-                val = cmd[i + 1]
-                i += 1
-            key = key.replace("-", "_")
-            out[ALIASES.get(key, key)] = _scalar(val)
-        elif i > 0 and cmd[i - 1] in ("serve",) and "model" not in out:
-            out["model"] = w
-        i += 1
-    return engine, out
+        launch = canonical_launch({str(k): v for k, v in data.items()}, generic.names)
+        return "generic", _checked(launch, "generic", profiles)
+    joined = " ".join(shlex.quote(w) if " " in w else w for w in cmd) if len(cmd) > 1 else cmd[0]
+    engine = engine_of_command(joined, profiles)
+    if engine is None:
+        known = sorted(
+            n for n, p in profiles.by_engine.items() if any(m.kind == "command_line" for m in p.markers)
+        )
+        raise InputError(
+            f"{joined[:80]}: not a server launch diagnose knows (engines with a command line: "
+            f"{', '.join(known)}); for the generic engine pass its YAML config"
+        )
+    names = {**generic.names, **profiles.get(engine).names}
+    return engine, _checked(canonical_launch(_parse_command_line(joined), names), engine, profiles)
 
 
-def _number(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
-def _scalar(v: Any) -> Any:
-    if isinstance(v, str):
-        for conv in (int, float):
-            try:
-                return conv(v)
-            except ValueError:
-                pass
-    return v
+def _checked(launch: dict[str, Any], engine: str, profiles: Profiles) -> dict[str, Any]:
+    """Values a server would refuse are named here, as the flag the user typed."""
+    for key in COUNTS:
+        v = launch.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{flag_for(profiles, engine, key)} {v}: must be a whole number of at least 1")
+    util = launch.get("gpu_memory_utilization")
+    if util is not None and (
+        isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1
+    ):
+        raise InputError(
+            f"{flag_for(profiles, engine, 'gpu_memory_utilization')} {util}: must be a fraction in (0, 1]"
+        )
+    return launch
 
 
 def preflight(
@@ -105,12 +96,12 @@ def preflight(
     used_gib: float,
     profiles: Profiles,
 ) -> dict[str, Any]:
-    engine, launch = parse_launch(cmd)
+    engine, launch = parse_launch(cmd, profiles)
     problems: list[dict[str, Any]] = []
     notes: list[str] = []
     tp = int(launch.get("tensor_parallel_size") or 1)
     pp = int(launch.get("pipeline_parallel_size") or 1)
-    util_default = 0.88 if engine == "sglang" else 1.0 if engine == "tgi" else 0.9
+    util_default = float(profiles.get(engine).defaults.get("gpu_memory_utilization") or 0.9)
     util = float(launch.get("gpu_memory_utilization") or util_default)
 
     def problem(param: str, text: str, to: Any, why: str, frm: Any = None) -> None:

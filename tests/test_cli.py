@@ -174,3 +174,33 @@ def test_a_guessed_oom_phase_is_said_to_be_a_guess(cli):
     assert p.returncode == 1 and "phase not in the log (assumed startup)" in head, head
     p = run([*cli, "scan", "-", "--json"], stdin=line)
     assert json.loads(p.stdout)["primary"]["oom_phase_from"] == "default"
+
+
+def test_options_out_of_range_are_usage_errors(cli, tmp_path):
+    cfg = sorted((FIXTURES / "configs").glob("*.json"))[0]
+    for args in (
+        ["plan", "--config", str(cfg), "--max-model-len", "-5"],
+        ["plan", "--config", str(cfg), "--gpu-memory-utilization", "1.5"],
+        ["plan", "--config", str(cfg), "--gpu-memory-utilization", "nan"],
+        ["plan", "--config", str(cfg), "--tp", "0"],
+        ["plan", "--config", str(cfg), "--gpus", "0x80"],
+        ["probe", "--max-tokens", "-3"],
+        ["check", "--", "vllm", "serve", "m", "--tensor-parallel-size", "abc"],
+        ["check", "--", "vllm", "serve", "m", "--gpu-memory-utilization", "1.5"],
+        ["check", "--", "ls", "-la"],
+    ):
+        p = run([*cli, *args])
+        err = p.stderr.decode()
+        assert p.returncode == 2, (args, p.stdout, err)
+        assert "Traceback" not in err and "internal error" not in err, (args, err)
+
+
+def test_scan_accepts_gpus_as_count_and_size(cli, tmp_path):
+    log = tmp_path / "tp.log"
+    log.write_text(
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        "INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(model_tag='x', tensor_parallel_size=4)\n"
+    )
+    p = run([*cli, "scan", "--json", "--gpus", "2x80", str(log)])
+    doc = json.loads(p.stdout)
+    assert doc["device"]["count"] == 2 and doc["primary"]["class"] == "tp_mismatch"
