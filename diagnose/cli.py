@@ -224,6 +224,16 @@ def watch(
     """Follow a startup log live: phases as they pass, a verdict on the first fatal line, ready, or a hang."""
     import time
 
+    if os.path.isdir(file):
+        raise InputError(f"{file}: is a directory, not a log file")
+    if os.path.isfile(file):
+        try:
+            with open(file, "rb") as fh:
+                head = fh.read(8192)
+        except OSError as e:
+            raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
+        if b"\x00" in head:
+            raise InputError(f"{file}: binary data, not a text log")
     from .follow import Follower
     from .live import Verdict, make_progress
 
@@ -382,6 +392,9 @@ def kb_add(
     editor: Annotated[
         bool, typer.Option("--editor", help="Edit the incident in $EDITOR before saving.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Record it even though the scan found no failure.")
+    ] = False,
     kb: KbOpt = None,
 ) -> None:
     """Record an incident: symptom (from a diagnosis), path, root cause, fix. Secrets are redacted."""
@@ -402,6 +415,12 @@ def kb_add(
             raise InputError(f"{from_scan}: not JSON: {e}") from None
     else:
         d = scan_paths([str(from_log)], load_knowledge(None))
+    if d.primary is None and not force:
+        # an incident with no symptom would match nothing, or everything healthy
+        raise InputError(
+            f"{from_scan or from_log}: the scan found no failure ({d.status}); nothing to record "
+            "(--force records it anyway)"
+        )
     data = incident_from(d, root_cause or "", fix, path, title, tag)
     if editor:
         data = _edit_in_editor(data)
@@ -475,8 +494,12 @@ def kb_show(incident_id: Annotated[str, typer.Argument(help="KB-0001")], kb: KbO
     """One incident, whole."""
     import yaml
 
-    inc = load_kb(kb).get(incident_id)
+    base = load_kb(kb)
+    inc = base.get(incident_id)
     if inc is None:
+        broken = [p for p in base.problems if f"{incident_id}.yaml" in p]
+        if broken:
+            raise InputError(f"{incident_id} is corrupt: {broken[0]}")
         raise InputError(f"no incident {incident_id!r} (see `diagnose kb list`)")
     print(yaml.safe_dump(inc.data, sort_keys=False, allow_unicode=True, width=100), end="")
     print(f"# {inc.path}")
@@ -537,8 +560,10 @@ def kb_import(
     for n, doc in enumerate(docs, 1):
         if not isinstance(doc, dict):
             raise InputError(f"{bundle}: document {n} is not an incident mapping")
-        iid, _red = add_incident(store, doc)
-        print(f"{doc.get('id', '?')} → {iid}")
+        before = set(os.listdir(store)) if os.path.isdir(store) else set()
+        iid, _red = add_incident(store, doc, skip_copies=True)
+        added = f"{iid}.yaml" not in before
+        print(f"{doc.get('id', '?')} → {iid}" + ("" if added else " (already there)"))
 
 
 def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str]:

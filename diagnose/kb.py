@@ -355,12 +355,43 @@ def next_id(store: str) -> str:
     return f"KB-{(max(nums) + 1 if nums else 1):04d}"
 
 
-def add_incident(store: str | os.PathLike[str], data: dict[str, Any]) -> tuple[str, dict[str, int]]:
-    """Redact, fingerprint, validate and write one incident under a fresh id."""
+def _content(data: dict[str, Any]) -> str:
+    """What makes two incidents the same one, whatever id or file they carry."""
+    import json
+
+    return json.dumps({k: v for k, v in data.items() if k not in ("id",)}, sort_keys=True, default=str)
+
+
+def existing_copy(store: str, data: dict[str, Any]) -> str | None:
+    """The id of an incident in the store with exactly this content (an import done twice)."""
+    import yaml
+
+    want = _content(data)
+    for path in yaml_files(store):
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and _content(doc) == want:
+            return str(doc.get("id") or os.path.basename(path)[:-5])
+    return None
+
+
+def add_incident(
+    store: str | os.PathLike[str], data: dict[str, Any], skip_copies: bool = False
+) -> tuple[str, dict[str, int]]:
+    """Redact, fingerprint, validate and write one incident under a fresh id (with
+    `skip_copies`, an incident already stored with the same content keeps its id: `kb import`
+    of one bundle twice adds nothing the second time)."""
     store = os.fspath(store)
     found: dict[str, int] = {}
     data = redact_tree(data, found)
     with locked(store):
+        if skip_copies:
+            same = existing_copy(store, data)
+            if same is not None:
+                return same, found
         iid = next_id(store)
         data = {"id": iid, **{k: v for k, v in data.items() if k != "id"}}
         path = os.path.join(store, f"{iid}.yaml")

@@ -201,3 +201,32 @@ def test_kb_add_from_scan_report(cli, tmp_path):
     bad.write_text("{}")
     p = kb_run(cli, "kb", "add", "--from-scan", str(bad), "--root-cause", "x", store=store)
     assert p.returncode == 2 and b"schema-1" in p.stderr
+
+
+def test_kb_refuses_a_scan_with_no_failure_unless_forced(cli, tmp_path):
+    store = tmp_path / "kb"
+    healthy = str(LOGS / "vllm" / "healthy-v1-serving.log")
+    p = kb_run(cli, "kb", "add", "--from-log", healthy, "--root-cause", "x", store=store)
+    assert p.returncode == 2 and b"found no failure" in p.stderr and not list(store.glob("*.yaml"))
+    p = kb_run(cli, "kb", "add", "--from-log", healthy, "--root-cause", "x", "--force", store=store)
+    assert p.returncode == 0
+
+
+def test_importing_a_bundle_twice_adds_nothing_the_second_time(cli, tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    log = str(LOGS / "vllm" / "oom-load-v1-tp2.log")
+    assert kb_run(cli, "kb", "add", "--from-log", log, "--root-cause", "too big", store=src).returncode == 0
+    bundle = tmp_path / "b.yaml"
+    bundle.write_bytes(kb_run(cli, "kb", "export", store=src).stdout)
+    assert kb_run(cli, "kb", "import", str(bundle), store=dst).returncode == 0
+    p = kb_run(cli, "kb", "import", str(bundle), store=dst)
+    assert p.returncode == 0 and b"already there" in p.stdout
+    assert len(list(dst.glob("KB-*.yaml"))) == 1
+
+
+def test_kb_show_of_a_corrupt_incident_says_corrupt(cli, tmp_path):
+    store = tmp_path / "kb"
+    store.mkdir()
+    (store / "KB-0007.yaml").write_text("title: [unclosed\n")
+    p = kb_run(cli, "kb", "show", "KB-0007", store=store)
+    assert p.returncode == 2 and b"KB-0007 is corrupt" in p.stderr

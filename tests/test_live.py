@@ -256,3 +256,14 @@ def test_run_ctrl_c_of_a_ready_server_is_a_stop(cli, tmp_path):
     text = out.decode()
     assert proc.returncode == 0, text
     assert "stopped" in text and "failed" not in text
+
+
+@pytest.mark.parametrize("target", ["dir", "binary"])
+def test_watch_refuses_a_directory_or_a_binary_at_once(cli, tmp_path, target):
+    path = tmp_path if target == "dir" else tmp_path / "blob"
+    if target == "binary":
+        path.write_bytes(b"\x7fELF\x00\x00\x01")
+    t0 = time.monotonic()
+    p = subprocess.run([*cli, "watch", str(path)], capture_output=True, timeout=30, cwd=ROOT)
+    assert p.returncode == 2 and time.monotonic() - t0 < 10
+    assert b"directory" in p.stderr or b"binary" in p.stderr
