@@ -32,6 +32,7 @@ PROFILE_KEYS = {
     "names",
     "defaults",
     "stack_hints",
+    "prefixes",
 }
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
@@ -131,6 +132,47 @@ def _marker(
     return m
 
 
+def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> None:
+    """Compile and register the profile's line prefixes (anchored, one layer each)."""
+    import re
+
+    from .lines import PREFIX_GROUPS, set_engine_prefixes
+
+    if raw is None:
+        return
+    if not isinstance(raw, list):
+        raise RuleError(path, engine, "prefixes", "must be a list of {pattern, examples}")
+    out = []
+    for i, item in enumerate(raw):
+        label = f"{engine}.prefixes[{i}]"
+        if not (isinstance(item, dict) and isinstance(item.get("pattern"), str) and item["pattern"]):
+            raise RuleError(path, label, "pattern", "missing")
+        try:
+            pat = re.compile(item["pattern"])
+        except re.error as e:
+            raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
+        bad = set(pat.groupindex) - PREFIX_GROUPS
+        if bad:
+            raise RuleError(
+                path,
+                label,
+                "pattern",
+                f"unknown group {sorted(bad)[0]!r} (allowed: {', '.join(sorted(PREFIX_GROUPS))})",
+            )
+        examples = item.get("examples")
+        if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
+            raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
+        if not trusted:
+            for e in examples:
+                m = pat.match(e)
+                if not m or m.end() == 0:
+                    raise RuleError(
+                        path, label, "examples", f"pattern does not match the start of {e[:80]!r}"
+                    )
+        out.append(pat)
+    set_engine_prefixes(engine, out)
+
+
 def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = False) -> Profile:
     if not isinstance(data, dict):
         raise RuleError(path, None, None, "an engine profile must be a mapping")
@@ -141,6 +183,8 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
     if not isinstance(engine, str) or not engine:
         raise RuleError(path, None, "engine", "missing")
     prof = Profile(engine=engine, title=str(data.get("title") or engine), path=path)
+    # the engine's line layouts first: its markers' examples are split with them
+    _prefixes(data.get("prefixes"), path, engine, trusted)
     for what in ("detect", "variants", "version", "phases", "launch", "observe"):
         items = data.get(what) or []
         if not isinstance(items, list):

@@ -194,22 +194,25 @@ _LEVEL_NORMAL = {
 }
 
 # Each prefix pattern is anchored and consumes one layer; the splitter loops over them so
-# stacked prefixes (docker timestamp + process + level) come off in any order.
-_PREFIXES: list[re.Pattern[str]] = [
+# stacked prefixes (docker timestamp + process + level) come off in any order. The layers
+# every engine's logs can carry are here; each engine's own line layout is data, in its
+# profile's `prefixes` (rules/engines/*.yaml), registered between the two lists when the
+# profiles load. Named groups: ts, level (a word) or lv1 (a letter), pid, proc, rank, loc,
+# tags (a process tag whose number is the rank), spans (tracing spans, rank=N at their end).
+_HEAD: list[re.Pattern[str]] = [
     # k9s / box-drawing borders, markdown quotes, CI pipes
     re.compile(r"(?P<wrap>[│┃|]\s|>\s?|\s+\|\s)"),
     # docker compose: "vllm  | " (service name, not a level word)
     re.compile(r"(?P<wrap>(?!" + _LEVELS + r"\b)[A-Za-z0-9][\w.-]*(?:-\d+)?\s+\|\s)"),
-    # SGLang: [2025-01-23 19:35:20 TP0] / [2025-01-23 19:35:20] / [03:51:54 DP0 TP1]
-    re.compile(
-        r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)"
-        r"(?P<tags>(?: (?:TP|DP|PP|EP|CP|ATTN_CP|MOE_DP|ATTN_DP)\d+)*)\]\s?"
-    ),
     # Ray core: [2025-05-26 18:58:10,599 E 629624 629624] logging.cc:496:
     re.compile(
         r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[.,]\d+) (?P<lv1>[IWEF]) (?P<pid>\d+) \d+\]\s+"
         r"(?P<loc>[\w./-]+:\d+):\s?"
     ),
+]
+# after the engines' own layouts: a bracketed engine stamp ("[2025-01-23 19:35:20 TP0]") is
+# the engine's, not a bare timestamp
+_MID: list[re.Pattern[str]] = [
     # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets, LMDeploy's " - ")
     re.compile(
         r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"
@@ -217,35 +220,10 @@ _PREFIXES: list[re.Pattern[str]] = [
     ),
     # journald: "Feb 03 10:11:12 host ollama[1234]: "
     re.compile(r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"),
-    # Go slog (Ollama server and runner): time=… level=INFO source=server.go:104 msg=
-    re.compile(
-        r"time=(?P<ts>\d{4}-\d{2}-\d{2}T[\d:.]+(?:Z|[+-]\d{2}:?\d{2})?) level=(?P<level>[A-Z]+)"
-        r"(?: source=(?P<loc>[\w./-]+:\d+))? msg="
-    ),
-    # Go stdlib log (Ollama's first line, the runner's "Server listening"): 2024/10/17 12:00:00 routes.go:1158:
-    re.compile(r"(?P<ts>\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? (?:(?P<loc>[\w.]+\.go:\d+): )?"),
-    # llama.cpp common_log with prefix and timestamps (minutes since start): "0.00.321.514 E "
-    re.compile(r"\d+\.\d{2}\.\d{3}\.\d{3} (?P<lv1>[IWEDT]) "),
-    # TensorRT-LLM Python: "[07/08/2025-19:47:15] " then "[TRT-LLM] [RANK 1] [E] "
-    re.compile(r"\[(?P<ts>\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\]\s+"),
-    re.compile(
-        r"\[TRT-LLM\]\s*(?:\[(?:RANK|MPI_Rank) (?P<rank>\d+)\]\s*)?\[(?P<lv1>[VDIWEF])\]\s*"
-        r"(?:\[[\w ]{8}\]\s)?(?:\[RANK \d+\]\s)?"
-    ),
-    # TensorRT-LLM C++ (old): "[TensorRT-LLM][ERROR] ", "[TensorRT-LLM][INFO][3] "
-    re.compile(r"\[TensorRT-LLM\]\[(?P<level>[A-Z]+)\](?:\[(?P<rank>\d+)\])?\s*"),
-    # TurboMind: "[TM][ERROR] ", "[TM][INFO][0] ", "[TM][INFO][0521.10:03:57.911020][turbomind.cc:12] "
-    re.compile(
-        r"\[(?:TM|FT)\]\[(?P<level>[A-Z]+)\](?:\[(?P<rank>\d+)\])?"
-        r"(?:\[\d{4}\.[\d:.]+\])?(?:\[(?P<loc>[\w.]+:\d+)\])?\s*"
-    ),
-    # vLLM process prefix: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839) (pid=12, ip=…)
+]
+_TAIL: list[re.Pattern[str]] = [
+    # a process in parentheses: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839), Ray's (pid=12, ip=…)
     re.compile(r"\((?P<proc>[A-Za-z_][^()]*?)?,?\s?pid=(?P<pid>\d+)(?:,\s*ip=[^)]*)?\)\s?"),
-    # vLLM: INFO 06-05 06:18:13 [gpu_worker.py:276]  /  INFO 10-10 10:23:27 launcher.py:27]
-    re.compile(
-        r"(?P<level>" + _LEVELS + r")\s+(?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\s+"
-        r"(?:\[(?P<loc>[^\]\s]+:\d+)\]|(?P<loc2>[\w./-]+:\d+)\])\s?"
-    ),
     # torch distributed: [rank0]:
     re.compile(r"\[rank(?P<rank>\d+)\]:\s?"),
     # glog (torch C++, Ray, Mooncake): W0803 21:48:43.773000 6890 torch/_inductor/utils.py:1731]
@@ -256,16 +234,42 @@ _PREFIXES: list[re.Pattern[str]] = [
         r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"
         r"(?:\[pid=\d+ ppid=\d+\] - )?(?:(?P<loc>[\w./-]+\.py:\d+) - )?"
     ),
-    # TGI tracing after its timestamp: " INFO shard-manager: text_generation_launcher: "
-    re.compile(
-        r"\s*(?P<level>"
-        + _LEVELS
-        + r")\s+(?P<spans>(?:[a-z_][\w-]*(?:::[\w-]+)*(?:\{(?:[^{}]|\{[^{}]*\})*\})?:\s)+)"
-        r"(?:(?P<loc>[\w./-]+\.rs:\d+):\s)?"
-    ),
     # Python logging after a timestamp: "INFO worker.py:1888 -- " (Ray) or bare "ERROR "
     re.compile(r"(?P<level>" + _LEVELS + r")\s+(?:(?P<loc>[\w./-]+\.py:\d+)\s+--\s+)?"),
 ]
+_BARE_LEVEL = _TAIL[-1]  # a bare level word: a prefix only when something else told us it is one
+PREFIX_GROUPS = frozenset(
+    {"ts", "level", "lv1", "pid", "proc", "rank", "loc", "loc2", "tags", "spans", "wrap"}
+)
+_ENGINE_PREFIXES: dict[str, list[re.Pattern[str]]] = {}
+_PREFIXES: list[re.Pattern[str]] = _HEAD + _MID + _TAIL
+_ENGINES_LOADED = False
+_LOADING = False
+
+
+def set_engine_prefixes(engine: str, patterns: list[re.Pattern[str]]) -> None:
+    """An engine profile's line layouts (rules/engines/*.yaml `prefixes`), tried between the
+    layers every log can carry and the generic level words."""
+    global _PREFIXES, _ENGINES_LOADED
+    _ENGINE_PREFIXES[engine] = patterns
+    _PREFIXES = _HEAD + [p for e in sorted(_ENGINE_PREFIXES) for p in _ENGINE_PREFIXES[e]] + _MID + _TAIL
+    _ENGINES_LOADED = True
+
+
+def _load_engine_prefixes() -> None:
+    """Lines split before any Knowledge was loaded (tools, tests): the shipped profiles' layouts."""
+    global _LOADING
+    if _LOADING:
+        return
+    _LOADING = True
+    try:
+        from .engines import load_profiles
+
+        load_profiles()
+    finally:
+        _LOADING = False
+
+
 _RANK_IN_PROC = re.compile(r"(?:rank=|TP|_TP|Worker_TP|rank)(\d+)")
 _TGI_RANK = re.compile(r"\srank=(\d+)\s*$")
 _SGLANG_TP = re.compile(r"TP(\d+)")
@@ -273,6 +277,8 @@ _SGLANG_TP = re.compile(r"TP(\d+)")
 
 def split_prefixes(line: Line) -> Line:
     """Fill level/timestamp/process/rank/location/message from line.text."""
+    if not _ENGINES_LOADED:
+        _load_engine_prefixes()
     s = line.text
     if s.startswith(("│", "┃")):
         s = s.rstrip()
@@ -286,11 +292,11 @@ def split_prefixes(line: Line) -> Line:
                 continue
             g = m.groupdict()
             # A bare level word is only a prefix when nothing else told us the level.
-            if pat is _PREFIXES[-1] and (level_seen or not (line.timestamp or line.process)):
+            if pat is _BARE_LEVEL and (level_seen or not (line.timestamp or line.process)):
                 continue
             lv = g.get("level") or g.get("lv1")
             if lv:
-                if level_seen and pat is not _PREFIXES[-1]:
+                if level_seen and pat is not _BARE_LEVEL:
                     pass
                 if not line.level:
                     line.level = _LEVEL_NORMAL.get(lv, lv)

@@ -13,28 +13,31 @@ from .conftest import FIXTURES, run
 NINTH_PROFILE = textwrap.dedent("""\
     engine: mistralrs
     title: mistral.rs server
+    prefixes:
+      - pattern: '<(?P<ts>\\d{2}:\\d{2}:\\d{2})\\|(?P<lv1>[IWE])\\|(?P<proc>\\w+)> '
+        examples: ["<10:00:00|I|mistralrs_server> Model kind is: normal (no adapters)"]
     detect:
       - needles: ["mistralrs_server", "mistralrs_core"]
         pattern: 'mistralrs_(?:server|core)'
         weight: 10
-        examples: ["2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)"]
+        examples: ["<10:00:00|I|mistralrs_server> Model kind is: normal (no adapters)"]
     phases:
       - phase: args
         needles: ["Model kind is"]
-        pattern: 'Model kind is: '
-        examples: ["2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)"]
+        pattern: '^Model kind is: '
+        examples: ["<10:00:00|I|mistralrs_server> Model kind is: normal (no adapters)"]
       - phase: load_weights
         needles: ["Loading `"]
-        pattern: 'Loading `[^`]+`'
-        examples: ["2025-06-01T10:00:01.000Z INFO mistralrs_core::pipeline::normal: Loading `model.safetensors`"]
+        pattern: '^Loading `[^`]+`'
+        examples: ["<10:00:01|I|mistralrs_core> Loading `model.safetensors`"]
       - phase: kv_cache
         needles: ["for PagedAttention KV cache"]
-        pattern: 'Allocating \\d+ MB for PagedAttention KV cache'
-        examples: ["2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache"]
+        pattern: '^Allocating \\d+ MB for PagedAttention KV cache'
+        examples: ["<10:00:09|I|mistralrs_core> Allocating 8192 MB for PagedAttention KV cache"]
       - phase: ready
         needles: ["Serving on http"]
-        pattern: 'Serving on http'
-        examples: ["2025-06-01T10:00:12.000Z INFO mistralrs_server: Serving on http://0.0.0.0:1234."]
+        pattern: '^Serving on http'
+        examples: ["<10:00:12|I|mistralrs_server> Serving on http://0.0.0.0:1234."]
     flags:
       gpu_memory_utilization: --pa-gpu-mem-usage
       max_model_len: --max-seq-len
@@ -50,18 +53,19 @@ NINTH_RULE = textwrap.dedent("""\
       class: oom
       severity: fatal
       needles: ["CUDA_ERROR_OUT_OF_MEMORY"]
-      pattern: 'DriverError\\(CUDA_ERROR_OUT_OF_MEMORY'
+      pattern: '^DriverError\\(CUDA_ERROR_OUT_OF_MEMORY'
       title: The CUDA driver ran out of memory (mistral.rs)
       examples:
-        match: ['2025-06-01T10:00:10.000Z ERROR mistralrs_server: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")']
-        no_match: ["2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache"]
+        match: ['<10:00:10|E|mistralrs_server> DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")']
+        no_match: ["<10:00:09|I|mistralrs_core> Allocating 8192 MB for PagedAttention KV cache"]
     """)
 
+# its own line layout, which no other profile knows: "<time|level|process> message"
 NINTH_LOG = textwrap.dedent("""\
-    2025-06-01T10:00:00.000Z INFO mistralrs_server: Model kind is: normal (no adapters)
-    2025-06-01T10:00:01.000Z INFO mistralrs_core::pipeline::normal: Loading `model.safetensors`
-    2025-06-01T10:00:09.000Z INFO mistralrs_core::paged_attention: Allocating 8192 MB for PagedAttention KV cache
-    2025-06-01T10:00:10.000Z ERROR mistralrs_server: DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")
+    <10:00:00|I|mistralrs_server> Model kind is: normal (no adapters)
+    <10:00:01|I|mistralrs_core> Loading `model.safetensors`
+    <10:00:09|I|mistralrs_core> Allocating 8192 MB for PagedAttention KV cache
+    <10:00:10|E|mistralrs_server> DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")
     """)
 
 
@@ -84,6 +88,8 @@ def test_a_ninth_engine_is_one_profile_and_its_rules(cli, ninth):
     assert doc["engine"]["name"] == "mistralrs"
     assert [m["phase"] for m in doc["timeline"]] == ["args", "load_weights", "kv_cache"]
     assert doc["primary"]["rule"] == "mistralrs.oom" and doc["primary"]["oom_phase"] == "startup"
+    # the profile's prefix split the line: the evidence is the message, the time is the log's
+    assert doc["primary"]["evidence"].startswith("DriverError(") and doc["primary"]["time"] == "10:00:10"
     first = doc["advice"][0]
     assert first["param"] == "gpu_memory_utilization" and first["flag"] == "--pa-gpu-mem-usage"
     assert first["to"] == "0.85"
