@@ -21,6 +21,38 @@ if TYPE_CHECKING:
     from typing import Any
 
 UTIL_STEP = 0.05
+
+# The default order of candidates per situation; an engine's profile may give its own
+# (`advice:` in rules/engines/<engine>.yaml, same keys). `note` adds to a step's why; `above`
+# only lowers a utilisation that is above it.
+DEFAULT_STEPS: dict[str, list[dict[str, Any]]] = {
+    "oom.startup.graphs": [
+        {"param": "gpu_memory_utilization", "note": "for CUDA-graph buffers"},
+        {"param": "enforce_eager"},
+        {"param": "cuda_graph_max_bs"},
+    ],
+    "oom.startup.profiling": [
+        {"param": "limit_mm_per_prompt"},
+        {"param": "max_num_seqs"},
+        {"param": "max_num_batched_tokens"},
+        {"param": "gpu_memory_utilization"},
+    ],
+    "oom.startup": [
+        {"param": "gpu_memory_utilization"},
+        {"param": "max_num_seqs"},
+        {"param": "enforce_eager"},
+    ],
+    "oom.runtime": [
+        {
+            "param": "gpu_memory_utilization",
+            "above": 0.9,
+            "note": "for the activations of concurrent requests",
+        },
+        {"param": "max_num_batched_tokens"},
+        {"param": "max_num_seqs"},
+        {"param": "env:PYTORCH_CUDA_ALLOC_CONF"},
+    ],
+}
 UTIL_MAX = 0.95
 INTERNAL_PORT_FRAMES = {
     "get_open_port",
@@ -152,10 +184,13 @@ class Advisor:
         self.ctx = ctx
         self.out: list[Change] = []
         self.complete = False  # the class logic knows better than the rule's generic list
+        self._note: str | None = None  # the engine table's word on the step being added
 
     def add(self, param: str, to: Any, why: str, frm: Any = None, flag: str | None = None) -> None:
         if to is None or any(c.param == param for c in self.out):
             return
+        if self._note:
+            why = f"{why}; {self._note}" if self._note[0].isupper() else f"{why} {self._note}"
         f = self.ctx.finding
         fl = flag or flag_for(self.ctx.profiles, self.ctx.engine, param)
         to_s = to if isinstance(to, str) else (fmt_util(to) if isinstance(to, float) else str(to))
@@ -345,7 +380,10 @@ class Advisor:
             )
         elif param == "max_num_batched_tokens":
             self.halve(
-                "max_num_batched_tokens", 8192, "smaller prefill chunks lower the activation peak", 512
+                "max_num_batched_tokens",
+                _as_int(f.facts.get("prefill_tokens")) or 8192,
+                "smaller prefill chunks lower the activation peak",
+                512,
             )
         elif param == "cuda_graph_max_bs":
             self.halve("cuda_graph_max_bs", 160, "smaller captured batches need less graph memory", 8)
@@ -589,7 +627,7 @@ class Advisor:
                 f"the log says the minimum viable fraction is {frac}",
                 _as_float(f.facts.get("mem_fraction_static2")),
             )
-        if f.facts.get("max_total_tokens") and self.ctx.engine == "tgi":
+        if f.facts.get("max_total_tokens"):  # TGI names the total tokens one request may take
             n = _as_int(f.facts["max_total_tokens"]) or 0
             self.add(
                 "max_model_len", len_down(n // 2), f"{n} total tokens per request do not fit the KV blocks", n
@@ -670,7 +708,6 @@ class Advisor:
 
     def for_oom(self) -> None:
         f = self.ctx.finding
-        eng = self.ctx.engine
         other = f.facts.get("other_pid") and f.facts.get("self_listed")
         if self.has("gpu_layers"):
             self.for_oom_layered()
@@ -716,46 +753,14 @@ class Advisor:
             if other:
                 self.free_gpu()
             graphs = f.phase_at == "cuda_graphs" or bool(self.ctx.frames & GRAPH_FRAMES) or "graph" in f.rule
-            if eng == "tgi":
-                self.halve(
-                    "max_num_batched_tokens",
-                    _as_int(f.facts.get("prefill_tokens")) or 4096,
-                    "TGI warms up with one batch of max-batch-prefill-tokens",
-                    512,
-                )
-                self.util_lower()
-                return
-            if graphs and eng == "sglang":
-                self.generic("cuda_graph_max_bs")
-                self.util_lower(" (graphs live outside --mem-fraction-static)")
-                self.generic("enforce_eager")
-                return
-            if graphs:
-                self.util_lower(" for CUDA-graph buffers")
-                self.generic("enforce_eager")
-                self.generic("cuda_graph_max_bs")
-                return
             profiling = f.phase_at in (None, "weights_loaded", "load_weights") or bool(
                 self.ctx.frames
                 & {"profile_run", "_dummy_run", "_dummy_sampler_run", "determine_num_available_blocks"}
             )
-            if profiling and eng != "sglang":
-                if "limit_mm_per_prompt" in self.ctx.launch:
-                    self.add(
-                        "limit_mm_per_prompt",
-                        "fewer images/videos per prompt",
-                        "the profiling pass builds a dummy batch with the maximum multimodal inputs",
-                        self.ctx.launch["limit_mm_per_prompt"],
-                    )
-                self.generic("max_num_seqs")
-                self.generic("max_num_batched_tokens")
-                self.util_lower()
-                return
-            self.util_lower()
-            self.generic("max_num_seqs")
-            self.generic("enforce_eager")
+            sub = "graphs" if graphs else "profiling" if profiling else ""
+            self.apply_steps("oom.startup", sub)
             return
-        # runtime
+        # runtime: fragmentation first, whatever the engine
         uptime = _as_float(f.facts.get("uptime_s")) or 0.0
         if uptime >= 3600:
             self.add(
@@ -771,33 +776,45 @@ class Advisor:
                 "expandable_segments:True",
                 f"{reserved} GiB are reserved but unallocated: the memory is fragmented",
             )
-        cur = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
-        # (TGI already keeps 10 % back from --cuda-memory-fraction: its 1.0 default is not "too high")
-        if cur > 0.9 and eng != "tgi":
-            self.util_lower(" for the activations of concurrent requests")
-        if eng == "tgi":
-            self.halve(
-                "max_num_batched_tokens", 4096, "smaller prefill batches lower the activation peak", 512
-            )
-            self.generic("max_num_seqs")
-            return
-        if eng == "sglang":
-            self.halve(
-                "max_num_batched_tokens",
-                8192,
-                "smaller prefill chunks lower the activation peak of long prompts",
-                512,
-            )
-            self.generic("max_num_seqs")
-            self.util_lower()
-            return
-        self.generic("max_num_batched_tokens")
-        self.generic("max_num_seqs")
-        self.add(
-            "env:PYTORCH_CUDA_ALLOC_CONF",
-            "expandable_segments:True",
-            "reduces fragmentation, the usual cause of OOMs after hours of serving",
-        )
+        self.apply_steps("oom.runtime", "")
+
+    def steps(self, key: str, sub: str) -> list[dict[str, Any]]:
+        """The ordered candidates for this situation: the engine's own table (its profile's
+        `advice`, most specific key first), else the default one."""
+        own = self.ctx.profiles.get(self.ctx.engine).advice
+        for k in ([f"{key}.{sub}"] if sub else []) + [key]:
+            if k in own:
+                return own[k]
+        return DEFAULT_STEPS.get(f"{key}.{sub}") or DEFAULT_STEPS.get(key, [])
+
+    def apply_steps(self, key: str, sub: str) -> None:
+        for step in self.steps(key, sub):
+            param, note = step["param"], step.get("note")
+            if param == "gpu_memory_utilization":
+                above = _as_float(step.get("above"))
+                cur = _as_float(self.ctx.current(param)) or 0.9
+                if above is None or cur > above:
+                    self.util_lower(f" {note}" if note else "")
+            elif param == "limit_mm_per_prompt":
+                if "limit_mm_per_prompt" in self.ctx.launch:
+                    self.add(
+                        "limit_mm_per_prompt",
+                        "fewer images/videos per prompt",
+                        "the profiling pass builds a dummy batch with the maximum multimodal inputs",
+                        self.ctx.launch["limit_mm_per_prompt"],
+                    )
+            elif param == "env:PYTORCH_CUDA_ALLOC_CONF":
+                self.add(
+                    param,
+                    "expandable_segments:True",
+                    "reduces fragmentation, the usual cause of OOMs after hours of serving",
+                )
+            else:
+                self._note = note
+                try:
+                    self.generic(param)
+                finally:
+                    self._note = None
 
     def for_request(self) -> None:
         """A request too long: when the prompt alone exceeds the context, only a longer
@@ -899,7 +916,7 @@ class Advisor:
         if internal:
             self.generic("action:free_port")
             new = free_port(29600)
-            param = "nccl_port" if self.ctx.engine == "sglang" else "master_port"
+            param = "nccl_port" if self.has("nccl_port") else "master_port"
             self.add(
                 param,
                 new if new is not None else "a free port",

@@ -33,7 +33,9 @@ PROFILE_KEYS = {
     "defaults",
     "stack_hints",
     "prefixes",
+    "advice",
 }
+ADVICE_SITUATIONS = {"oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime"}
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
@@ -77,6 +79,7 @@ class Profile:
     defaults: dict[str, Any] = field(default_factory=dict)
     stack_hints: list[tuple[str, set[str]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    advice: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # situation -> ordered steps
 
 
 def _marker(
@@ -173,6 +176,42 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> None:
     set_engine_prefixes(engine, out)
 
 
+def _advice_table(raw: Any, path: str, engine: str) -> dict[str, list[dict[str, Any]]]:
+    """The engine's own order of candidates per situation (advice.DEFAULT_STEPS' keys)."""
+    from .params import CANONICAL_PARAMS
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RuleError(path, engine, "advice", "must map a situation to a list of steps")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, steps in raw.items():
+        if key not in ADVICE_SITUATIONS:
+            raise RuleError(
+                path,
+                engine,
+                f"advice.{key}",
+                f"unknown situation (known: {', '.join(sorted(ADVICE_SITUATIONS))})",
+            )
+        if not isinstance(steps, list) or not steps:
+            raise RuleError(path, engine, f"advice.{key}", "must be a non-empty list of {param, note}")
+        for st in steps:
+            p = st.get("param") if isinstance(st, dict) else None
+            if not isinstance(p, str) or not (
+                p in CANONICAL_PARAMS or p.startswith("env:") or p == "limit_mm_per_prompt"
+            ):
+                raise RuleError(path, engine, f"advice.{key}", f"{p!r} is not a canonical parameter")
+            if set(st) - {"param", "note", "above"}:
+                raise RuleError(
+                    path,
+                    engine,
+                    f"advice.{key}",
+                    f"unknown key {sorted(set(st) - {'param', 'note', 'above'})[0]!r}",
+                )
+        out[str(key)] = [dict(st) for st in steps]
+    return out
+
+
 def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = False) -> Profile:
     if not isinstance(data, dict):
         raise RuleError(path, None, None, "an engine profile must be a mapping")
@@ -200,6 +239,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
         if not isinstance(v, dict):
             raise RuleError(path, engine, key, "must be a mapping")
         setattr(prof, key, dict(v))
+    prof.advice = _advice_table(data.get("advice"), path, engine)
     hints = data.get("stack_hints") or []
     if not isinstance(hints, list):
         raise RuleError(path, engine, "stack_hints", "must be a list of {phase: [frame names]}")
