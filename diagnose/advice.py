@@ -227,7 +227,8 @@ class Advisor:
         self.add(
             "gpu_memory_utilization",
             to,
-            f"leaves {round((cur - to) * 100)} % more of the GPU outside the engine's budget{why_extra}",
+            f"leaves {round((cur - to) * 100)} % more of the GPU outside the engine's budget{why_extra}"
+            + self.unit("gpu_memory_utilization"),
             cur,
         )
 
@@ -236,8 +237,13 @@ class Advisor:
         to = util_up(cur)
         if to is None:
             return False
-        self.add("gpu_memory_utilization", to, why, cur)
+        self.add("gpu_memory_utilization", to, why + self.unit("gpu_memory_utilization"), cur)
         return True
+
+    def unit(self, param: str) -> str:
+        """What the value means on this engine, when it is not vLLM's share of total memory."""
+        u = self.ctx.profiles.get(self.ctx.engine).units.get(param)
+        return f" (here the value is {u})" if u else ""
 
     def halve(self, param: str, default: int, why: str, floor: int = 1) -> None:
         cur = _as_int(self.ctx.current(param)) or default
@@ -1006,22 +1012,29 @@ def advise(
         device=device,
         shape=shape,
     )
-    return _declared_first(Advisor(ctx).run(), engine, profiles)
+    return _fit_engine(Advisor(ctx).run(), engine, profiles)
 
 
-def _declared_first(changes: list[Change], engine: str, profiles: Profiles) -> list[Change]:
-    """A log no engine claims is read with the generic profile: the seed guides' engine, whose
-    config has only a few keys. Changes to the keys it declares come first; the others keep
-    vLLM's spelling as a best guess, come after, and say so."""
+# Changes that are not an engine setting: any engine can take them.
+NOT_A_SETTING = ("model", "engine_version", "max_tokens", "shm_size")
+
+
+def _fit_engine(changes: list[Change], engine: str, profiles: Profiles) -> list[Change]:
+    """Only what the detected engine has, in its spelling. A log no engine claims is read with
+    the generic profile (the seed guides' engine, a config file of a few keys): its own keys
+    come first, the other changes follow under their canonical names, never another engine's
+    flags."""
+    flags = profiles.get(engine).flags
+
+    def has(c: Change) -> bool:
+        return c.param in flags or c.param.startswith(("env:", "action:")) or c.param in NOT_A_SETTING
+
     if engine != "generic":
-        return changes
-    declared = profiles.get("generic").flags
-
-    def known(c: Change) -> bool:
-        return c.param in declared or c.param.startswith(("env:", "action:")) or c.param == "shm_size"
-
-    # another engine's flags would be guesses a user cannot act on: only declared keys remain
-    return [c for c in changes if known(c) or c.param in ("model", "engine_version")]
+        return [c for c in changes if has(c)]
+    for c in changes:
+        if not has(c):
+            c.flag = c.param  # the concept's name: no engine's flag is guessed
+    return [c for c in changes if has(c)] + [c for c in changes if not has(c)]
 
 
 # Phases where a log that simply stops is, far more often than not, a stall worth acting on.

@@ -34,6 +34,7 @@ PROFILE_KEYS = {
     "stack_hints",
     "prefixes",
     "advice",
+    "units",
 }
 ADVICE_SITUATIONS = {"oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime"}
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
@@ -80,6 +81,7 @@ class Profile:
     stack_hints: list[tuple[str, set[str]]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     advice: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # situation -> ordered steps
+    units: dict[str, str] = field(default_factory=dict)  # canonical param -> what its value means here
 
 
 def _marker(
@@ -240,6 +242,10 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
             raise RuleError(path, engine, key, "must be a mapping")
         setattr(prof, key, dict(v))
     prof.advice = _advice_table(data.get("advice"), path, engine)
+    units = data.get("units") or {}
+    if not (isinstance(units, dict) and all(isinstance(v, str) for v in units.values())):
+        raise RuleError(path, engine, "units", "must map a canonical parameter to what its value means")
+    prof.units = dict(units)
     hints = data.get("stack_hints") or []
     if not isinstance(hints, list):
         raise RuleError(path, engine, "stack_hints", "must be a list of {phase: [frame names]}")
