@@ -222,6 +222,8 @@ def _specificity(rec: RecordedHit) -> int:
         score += 2
     if rec.rule.oom_phase:
         score += 1
+    if any("to" in a for a in rec.rule.advice):
+        score += 1  # a rule that names the value knows this message better
     return score
 
 
