@@ -153,30 +153,19 @@ def _ended(session: LiveSession, rc: int | None, stopped: bool = False) -> Verdi
     """The server exited with no finding. Stopped on purpose (Ctrl-C forwarded by us, or a
     SIGINT/SIGTERM exit from a scheduler) it is a stop: an info finding, the status it had.
     Any other non-zero exit is still a failure."""
-    how = None if rc in (0, None) else (f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}")
-    if how is not None and (stopped or rc in STOP_EXIT):
-        why = STOP_EXIT.get(rc, "a signal forwarded by diagnose") if rc is not None else "a signal"
-        f = Finding(
-            rule="run.stop",
-            cls="stop",
-            severity="info",
-            title=f"The server was stopped ({why}; it {how})",
-            line=session.lines,
-            source=session.source,
-            evidence=session.last_line or "(no output)",
-            facts={"exit_code": rc},
-        )
-        return Verdict("ended", session.diagnosis(extra=[f], final=True))
-    if how is not None:
-        f = Finding(
-            rule="run.exit",
-            cls="unknown_error",
-            severity="fatal",
-            title=f"The server {how}",
-            line=session.lines,
-            source=session.source,
-            evidence=session.last_line or "(no output)",
-            facts={"exit_code": rc},
-        )
-        return Verdict("fatal", session.diagnosis(extra=[f], final=True))
-    return Verdict("ended", session.diagnosis(final=True))
+    if rc in (0, None):
+        return Verdict("ended", session.diagnosis(final=True))
+    how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+    stop = stopped or rc in STOP_EXIT
+    why = STOP_EXIT.get(rc, "a signal forwarded by diagnose")
+    f = Finding(
+        rule="run.stop" if stop else "run.exit",
+        cls="stop" if stop else "unknown_error",
+        severity="info" if stop else "fatal",
+        title=f"The server was stopped ({why}; it {how})" if stop else f"The server {how}",
+        line=session.lines,
+        source=session.source,
+        evidence=session.last_line or "(no output)",
+        facts={"exit_code": rc},
+    )
+    return Verdict("ended" if stop else "fatal", session.diagnosis(extra=[f], final=True))

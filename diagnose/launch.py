@@ -10,38 +10,22 @@ from __future__ import annotations
 
 import re
 
+from .params import SETTINGS
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
 
-# Launch keys every engine may print under the canonical (vLLM) name.
-CANONICAL = {
+# Launch keys every engine may print under the canonical (vLLM) name: the settings advice
+# may change, and what the report shows besides.
+CANONICAL = SETTINGS | {
     "model",
-    "gpu_memory_utilization",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "kv_cache_dtype",
-    "quantization",
-    "enforce_eager",
-    "cuda_graph_max_bs",
-    "enable_chunked_prefill",
-    "limit_mm_per_prompt",
-    "port",
     "host",
-    "swap_space",
-    "cpu_offload_gb",
-    "dtype",
-    "trust_remote_code",
     "block_size",
     "served_model_name",
     "distributed_executor_backend",
     "max_cudagraph_capture_size",
     "max_seq_len_to_capture",
-    "attention_backend",
 }
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
-# DESIGN.md's canonical names (vLLM's where vLLM has the concept), then the engines' own.
-CANONICAL_PARAMS = frozenset(
+# The engine settings DESIGN.md names (vLLM's names where vLLM has the concept): a launch
+# dump keeps them (launch.CANONICAL adds what only the report shows) and advice may change them.
+SETTINGS = frozenset(
     {
         "gpu_memory_utilization",
         "max_model_len",
@@ -23,59 +24,50 @@ CANONICAL_PARAMS = frozenset(
         "enable_chunked_prefill",
         "limit_mm_per_prompt",
         "port",
-        "master_port",
-        "nccl_port",
         "swap_space",
         "cpu_offload_gb",
         "dtype",
         "trust_remote_code",
         "attention_backend",
-        "max_tokens",
-        "shm_size",
-        "engine_version",
-        "model",
-        # the engines' own concepts
-        "gpu_layers",
+    }
+)
+# What advice may name: the settings, the engines' own concepts, and what is not a setting.
+CANONICAL_PARAMS = SETTINGS | {
+    "master_port",
+    "nccl_port",
+    "max_tokens",
+    "shm_size",
+    "engine_version",
+    "model",
+    "gpu_layers",
+    "max_batch_total_tokens",
+    "schedule_conservativeness",
+    "disable_custom_all_reduce",
+}
+# Params the advice code gives a value to without the rule saying it (advice.Advisor.generic
+# and the class logic); the others need a `to` in the rule.
+NEEDS_A_VALUE = frozenset(
+    {
+        "data_parallel_size",
+        "enable_chunked_prefill",
+        "limit_mm_per_prompt",
+        "swap_space",
+        "cpu_offload_gb",
+        "attention_backend",
         "max_batch_total_tokens",
-        "schedule_conservativeness",
         "disable_custom_all_reduce",
     }
 )
-
-# Params whose value the advice code computes (advice.Advisor.generic and the class logic).
-COMPUTED_PARAMS = frozenset(
-    {
-        "gpu_memory_utilization",
-        "max_model_len",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "kv_cache_dtype",
-        "quantization",
-        "enforce_eager",
-        "cuda_graph_max_bs",
-        "port",
-        "master_port",
-        "nccl_port",
-        "dtype",
-        "trust_remote_code",
-        "max_tokens",
-        "shm_size",
-        "engine_version",
-        "model",
-        "gpu_layers",
-        "schedule_conservativeness",
-        "env:NCCL_DEBUG",
-        "env:NCCL_P2P_DISABLE",
-        "env:NCCL_SHM_DISABLE",
-        "env:CUDA_VISIBLE_DEVICES",
-        "action:free_gpu",
-        "action:free_port",
-        "action:reinstall",
-        "action:expose_gpu",
-    }
-)
+COMPUTED_PARAMS = (CANONICAL_PARAMS - NEEDS_A_VALUE) | {
+    "env:NCCL_DEBUG",
+    "env:NCCL_P2P_DISABLE",
+    "env:NCCL_SHM_DISABLE",
+    "env:CUDA_VISIBLE_DEVICES",
+    "action:free_gpu",
+    "action:free_port",
+    "action:reinstall",
+    "action:expose_gpu",
+}
 ACTIONS = frozenset({"action:free_gpu", "action:free_port", "action:reinstall", "action:expose_gpu"})
 _ENV_RE = re.compile(r"^env:[A-Z][A-Z0-9_]*$")
 # {group} or {group*3} / {group/2}: a named group of the rule's pattern, maybe scaled

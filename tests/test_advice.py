@@ -238,35 +238,16 @@ def test_env_advice_never_becomes_a_bare_1(know, tmp_path):
 
 def test_tensor_parallel_advice_starts_from_the_workers_the_log_ran(know):
     """Four ranks failed in the log: doubling starts from 4, not from the default 1."""
-    f = Finding(
-        rule="torch.oom",
-        cls="oom",
-        severity="fatal",
-        title="",
-        line=1,
-        source="x",
-        evidence="",
-        oom_phase="load",
-        ranks=[0, 1, 2, 3],
-        facts={"total_gib": 79.2},
-    )
+    f = _f("oom", total_gib=79.2)
+    f.oom_phase, f.ranks = "load", [0, 1, 2, 3]
     changes = advise(f, "vllm", {}, know.profiles)
     tp = next(c for c in changes if c.param == "tensor_parallel_size")
     assert tp.frm == "4" and tp.to == "8"
 
 
 def test_no_smaller_budget_when_another_process_holds_the_gpu(know):
-    f = Finding(
-        rule="torch.oom",
-        cls="oom",
-        severity="fatal",
-        title="",
-        line=1,
-        source="x",
-        evidence="",
-        oom_phase="startup",
-        facts={"total_gib": 80.0, "other_gib": 76.0, "other_pid": 99, "self_listed": "x", "free_gib": 0.1},
-    )
+    f = _f("oom", total_gib=80.0, other_gib=76.0, other_pid=99, self_listed="x", free_gib=0.1)
+    f.oom_phase = "startup"
     changes = advise(f, "vllm", {"gpu_memory_utilization": 0.9}, know.profiles)
     assert "gpu_memory_utilization" not in [c.param for c in changes]
     assert changes[0].param == "action:free_gpu"
