@@ -325,6 +325,15 @@ def probe(
         str | None, typer.Option("--baseline", help="Compare with a stored baseline.")
     ] = None,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed regression (0.25 = 25 %).")] = 0.25,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key", help="The server's API key (default: $OPENAI_API_KEY).", show_default=False
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", help="An extra header, 'Name: value' (repeatable).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the probe JSON.")] = False,
 ) -> None:
     """Send the minimal completion and check that the server really serves: shape, text, timing."""
@@ -344,8 +353,21 @@ def probe(
     ):
         _at_least(hint, v, 0.001)
     _at_least("--tolerance", tolerance, 0)
+    headers: dict[str, str] = {}
+    for h in header or []:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"{h!r}: give 'Name: value'", param_hint="--header")
+        headers[name.strip()] = value.strip()
     res = run_probe(
-        url, model, prompt, max_tokens, chat, Timeouts(connect_timeout, first_byte_timeout, idle_timeout)
+        url,
+        model,
+        prompt,
+        max_tokens,
+        chat,
+        Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
+        api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
+        headers=headers,
     )
     if baseline and res.ok:
         compare_baseline(res, baseline, tolerance)
@@ -366,6 +388,17 @@ def probe(
             mark, style = ("✓", "green") if ch.ok else ("✗", "red")
             value = "" if ch.value is None else f"  {ch.value}"
             c.print(Text.assemble((f"  {mark} {ch.name:<16}", style), value, (f"  {ch.detail}", "dim")))
+        timing = [
+            f"{label} {v:.0f} ms" if unit == "ms" else f"{label} {v:.1f} tokens/s"
+            for label, v, unit in (
+                ("TTFT", res.ttft_ms, "ms"),
+                ("total", res.total_ms, "ms"),
+                ("decode", res.tokens_per_s, "tok"),
+            )
+            if v is not None
+        ]
+        if timing:
+            c.print(Text("  " + " · ".join(timing)))
         for n in res.notes:
             c.print(Text(f"  note: {n}", style="dim"))
         if res.cause:

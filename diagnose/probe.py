@@ -104,7 +104,14 @@ def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
     message = str((err or {}).get("message") or text or "")[:300]
     etype = str((err or {}).get("type") or (err or {}).get("code") or "")
     low = message.lower()
-    if (
+    if status in (401, 403):
+        res.fail(
+            "request",
+            f"the server wants credentials (HTTP {status}): {message or 'no body'}",
+            "pass the server's key: diagnose probe --api-key KEY (or set OPENAI_API_KEY); "
+            "vLLM/SGLang take theirs with --api-key, TGI behind a gateway may want --header",
+        )
+    elif (
         "does not exist" in low
         or ("not found" in low and "model" in low)
         or etype in ("NotFoundError", "model_not_found")
@@ -133,6 +140,26 @@ def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
             f"{message or 'no body'}",
             "check the request parameters against the server's API (e.g. --chat for chat-only models)",
         )
+
+
+def _name_not_resolved(e: Exception) -> bool:
+    """A DNS failure, not a closed port (httpx wraps socket.gaierror in ConnectError)."""
+    import socket
+
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    text = str(e).lower()
+    return "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text
+
+
+def _json_or_none(r: Any) -> Any:
+    try:
+        return r.json()
+    except ValueError:
+        return None
 
 
 def _payload(model: str | None, prompt: str, max_tokens: int, chat: bool, stream: bool) -> dict[str, Any]:
@@ -166,12 +193,17 @@ def probe(
     chat: bool = False,
     timeouts: Timeouts | None = None,
     retry_cold: bool = True,
+    api_key: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> ProbeResult:
     t = timeouts or Timeouts()
     url = url.rstrip("/")
     res = ProbeResult(url=url, model=model)
     timeout = httpx.Timeout(connect=t.connect, read=t.first_byte, write=t.connect, pool=t.connect)
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
+    sent = dict(headers or {})
+    if api_key:
+        sent["Authorization"] = f"Bearer {api_key}"
+    with httpx.Client(timeout=timeout, trust_env=False, headers=sent) as client:
         if not _find_model(client, res):
             return res
         for attempt in (1, 2):
@@ -195,6 +227,13 @@ def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
         r = client.get(res.url + "/v1/models")
     except httpx.ConnectError as e:
         res.check("connect", False, None, str(e))
+        if _name_not_resolved(e):
+            res.fail(
+                "service",
+                f"the host name in {res.url} does not resolve: {e}",
+                "check the spelling, or use the IP address; inside Docker/Kubernetes use the service name",
+            )
+            return False
         res.fail(
             "service",
             f"nothing is listening at {res.url}",
@@ -211,6 +250,10 @@ def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
         )
         return False
     res.check("connect", True, res.url)
+    if r.status_code in (401, 403):
+        res.check("auth", False, r.status_code, "GET /v1/models was refused")
+        _error_cause(res, r.status_code, _json_or_none(r), r.text)
+        return False
     if res.model:
         return True
     try:

@@ -44,7 +44,16 @@ class Stub:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _unauthorised(self) -> bool:
+                """mode "auth": only `Authorization: Bearer sk-test-key` gets in (as vLLM --api-key)."""
+                if stub.mode == "auth" and self.headers.get("Authorization") != "Bearer sk-test-key":
+                    self._send(401, b'{"error":"Unauthorized"}')
+                    return True
+                return False
+
             def do_GET(self) -> None:
+                if self._unauthorised():
+                    return
                 if self.path == "/v1/models":
                     self._send(
                         200,
@@ -59,6 +68,8 @@ class Stub:
                     self._send(404, b'{"detail":"Not Found"}')
 
             def do_POST(self) -> None:
+                if self._unauthorised():
+                    return
                 stub.requests += 1
                 time.sleep(stub.first_byte)
                 n = int(self.headers.get("Content-Length", "0"))

@@ -10,7 +10,7 @@ import pytest
 
 from diagnose.probe import Timeouts, compare_baseline, probe, save_baseline
 
-from .conftest import ROOT
+from .conftest import ROOT, run
 from .openai_stub import Stub
 
 FAST = Timeouts(connect=5, first_byte=1.0, idle=10)  # generous: a busy CI machine must not trip them
@@ -136,3 +136,30 @@ def test_cli_json_and_exit_codes(cli, tmp_path):
     assert p.returncode == 1 and "--served-model-name" in out
     p = subprocess.run([*cli, "probe", "localhost:8000"], capture_output=True, timeout=60, cwd=ROOT)
     assert p.returncode == 2 and b"Traceback" not in p.stderr
+
+
+def test_a_server_that_wants_a_key_says_so_and_the_key_gets_in():
+    with Stub("auth") as s:
+        res = probe(s.url, timeouts=FAST)
+        assert not res.ok and "wants credentials (HTTP 401)" in res.cause.title
+        assert any("--api-key" in a for a in res.cause.advice)
+        res = probe(s.url, timeouts=FAST, api_key="sk-test-key")
+        assert res.ok
+
+
+def test_a_name_that_does_not_resolve_is_not_a_closed_port():
+    res = probe("http://no-such-host.invalid:8000", timeouts=FAST)
+    assert not res.ok and "does not resolve" in res.cause.title
+
+
+def test_cli_key_from_env_and_timings_in_the_text(cli):
+    with Stub("auth") as s:
+        p = run([*cli, "probe", s.url, "--max-tokens", "4"], env={"OPENAI_API_KEY": "sk-test-key"})
+        out = p.stdout.decode()
+        assert p.returncode == 0, out
+        assert "TTFT" in out and "tokens/s" in out
+        p = run(
+            [*cli, "probe", s.url, "--header", "X-Api-Key: nope", "--max-tokens", "4"],
+            env={"OPENAI_API_KEY": ""},
+        )
+        assert p.returncode == 1 and b"wants credentials" in p.stdout
