@@ -24,8 +24,9 @@ BLOCK_SIZE = 256 << 10  # bigger blocks scan no faster and hold more memory
 # The first reads are small and double up to BLOCK_SIZE: a log's opening lines retire most
 # engine markers (engine, version, phases reached), so little is searched with all needles.
 FIRST_BLOCK = 64 << 10
-MAX_LINE = 1 << 20  # a longer line is cut, with CUT_MARKER in its place
-CUT_MARKER = b" [diagnose: line cut at 1 MiB]"
+MAX_LINE = 1 << 20  # a longer line keeps its head and tail, with CUT_MARKER for its middle
+HALF_LINE = MAX_LINE // 2
+CUT_MARKER = b" [diagnose: the middle of a line over 1 MiB was not read] "
 
 
 @record
@@ -64,10 +65,47 @@ def _open(source: Source) -> BinaryIO:
         raise InputError(f"{source.name}: cannot read: {e.strerror or e}") from None
     head = f.peek(2)[:2] if hasattr(f, "peek") else b""
     if head == b"\x1f\x8b":
-        import gzip  # only for compressed logs
-
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return _GunzipStream(f)  # type: ignore[return-value]
     return f
+
+
+class _GunzipStream:
+    """gzip decoded as it streams, giving every byte that decoded before a cut or a corrupt
+    spot (gzip.GzipFile drops the last read's output when the stream ends early); then EOFError
+    or zlib.error. Concatenated members (logrotate, `cat a.gz b.gz`) are read in turn."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending = b""
+        self._failed: BaseException | None = None
+        self._done = False
+
+    def read(self, size: int) -> bytes:
+        while len(self._pending) < size and not self._done and self._failed is None:
+            chunk = self._raw.read(1 << 16)
+            try:
+                if not chunk:
+                    if not self._d.eof:
+                        self._failed = EOFError("compressed file ended before the end-of-stream marker")
+                    self._done = True
+                    break
+                self._pending += self._d.decompress(chunk)
+                while self._d.eof and self._d.unused_data:
+                    rest = self._d.unused_data  # the next gzip member
+                    self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    self._pending += self._d.decompress(rest)
+            except zlib.error as e:
+                self._failed = e
+        if not self._pending and self._failed is not None:
+            failed, self._failed = self._failed, None
+            self._done = True
+            raise failed
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -78,14 +116,19 @@ def _looks_binary(head: bytes) -> bool:
 def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]:
     """Yield blocks of complete lines (each ends with \\n, except maybe the very last).
 
-    A line longer than MAX_LINE is cut to MAX_LINE bytes plus CUT_MARKER; the rest of it
-    is skipped without being held in memory. Reads start at FIRST_BLOCK and double.
+    A line longer than MAX_LINE keeps its first and last MAX_LINE/2 bytes around CUT_MARKER (an
+    error is often at the end of a long line); its middle is skipped without being held in
+    memory, and a notice on stderr says how many lines were cut. A gzip file cut short gives
+    what decoded, with a notice. Reads start at FIRST_BLOCK and double.
     """
+    from .errors import say_warning
+
     f = _open(source)
-    gz = sys.modules.get("gzip")  # imported by _open only for a compressed log
-    corrupt: tuple[type[BaseException], ...] = (EOFError, zlib.error) + ((gz.BadGzipFile,) if gz else ())
+    corrupt: tuple[type[BaseException], ...] = (EOFError, zlib.error)
     carry = b""
-    skipping = False  # inside the unread tail of an over-long line
+    head = b""  # the start of an over-long line while its middle is skipped
+    tail = b""  # its latest bytes
+    cut_lines = [0]
     first = True
     total = 0
     size = min(FIRST_BLOCK, block_size)
@@ -95,7 +138,13 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
                 chunk = f.read(size)
                 size = min(size * 2, block_size)
             except corrupt as e:
-                raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
+                if total == 0:
+                    raise InputError(f"{source.name}: truncated or corrupt gzip data ({e})") from None
+                say_warning(
+                    f"{source.name}: truncated or corrupt gzip data after {total:,} bytes ({e}); "
+                    "diagnosed what decoded"
+                )
+                break
             except OSError as e:
                 raise InputError(f"{source.name}: read error: {e.strerror or e}") from None
             if first:
@@ -105,34 +154,45 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
             if not chunk:
                 break
             total += len(chunk)
-            if skipping:
+            if head:
                 nl = chunk.find(b"\n")
                 if nl < 0:
+                    tail = (tail + chunk)[-HALF_LINE:]
                     continue
+                tail = (tail + chunk[:nl])[-HALF_LINE:]
+                yield head + CUT_MARKER + tail + b"\n"
+                head = tail = b""
                 chunk = chunk[nl + 1 :]
-                skipping = False
             data = carry + chunk if carry else chunk
             cut = data.rfind(b"\n")
             if cut < 0:
                 carry = data
             else:
                 carry = data[cut + 1 :]
-                yield _cut_long_lines(data[: cut + 1])
+                yield _cut_long_lines(data[: cut + 1], cut_lines)
             if len(carry) > MAX_LINE:
-                yield carry[:MAX_LINE] + CUT_MARKER + b"\n"
+                head, tail = carry[:HALF_LINE], carry[-HALF_LINE:]
                 carry = b""
-                skipping = True
-        if carry:
-            yield _cut_long_lines(carry)
+                cut_lines[0] += 1
+        if head:
+            yield head + CUT_MARKER + tail
+        elif carry:
+            yield _cut_long_lines(carry, cut_lines)
     finally:
         if source.path is not None:
             f.close()
     if total == 0:
         raise InputError(f"{source.name}: empty input")
+    if cut_lines[0]:
+        say_warning(
+            f"{source.name}: {cut_lines[0]} line(s) over 1 MiB were cut to their first and last "
+            f"{HALF_LINE >> 10} KiB; the middle was not read"
+        )
 
 
-def _cut_long_lines(block: bytes) -> bytes:
-    """Cut lines longer than MAX_LINE inside a block (rare: checked with a few find calls)."""
+def _cut_long_lines(block: bytes, counter: list[int] | None = None) -> bytes:
+    """Cut lines longer than MAX_LINE inside a block to their head and tail (rare: checked
+    with a few find calls)."""
     n = len(block)
     if n <= MAX_LINE:
         return block
@@ -151,7 +211,10 @@ def _cut_long_lines(block: bytes) -> bytes:
         nl = block.find(b"\n", start)
         end = n if nl < 0 else nl + 1
         if end - start > MAX_LINE + 1:
-            out.append(block[start : start + MAX_LINE] + CUT_MARKER + (b"\n" if nl >= 0 else b""))
+            stop = end - 1 if nl >= 0 else end
+            out.append(block[start : start + HALF_LINE] + CUT_MARKER + block[stop - HALF_LINE : end])
+            if counter is not None:
+                counter[0] += 1
         else:
             out.append(block[start:end])
         start = end
@@ -165,7 +228,7 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\
 
 def decode(raw: bytes) -> tuple[str, bool]:
     """Bytes of one line -> text without ANSI codes or line ending; (text, was_cut)."""
-    truncated = raw.endswith(CUT_MARKER) or raw.endswith(CUT_MARKER + b"\n")
+    truncated = len(raw) > HALF_LINE and CUT_MARKER in raw
     text = raw.decode("utf-8", "replace")
     text = text.rstrip("\r\n")
     if "\x1b" in text:

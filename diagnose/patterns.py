@@ -26,22 +26,34 @@ class PatternError(ValueError):
     """The pattern does not compile (the message says why)."""
 
 
-class TimedPattern:
-    """A `regex` pattern whose searches give up (no match) after PATTERN_TIMEOUT_S."""
+GIVE_UP_AFTER = 3  # timeouts after which a pattern is not tried again in this process
+# pattern text -> how many searches timed out (read by the scan to name the rule in a warning)
+TIMED_OUT: dict[str, int] = {}
 
-    __slots__ = ("_compiled",)
+
+class TimedPattern:
+    """A `regex` pattern whose searches give up (no match) after PATTERN_TIMEOUT_S; after
+    GIVE_UP_AFTER timeouts it is not tried again (a backtracking pattern would otherwise cost
+    a quarter second on every candidate line), and TIMED_OUT says so."""
+
+    __slots__ = ("_compiled", "_timeouts")
 
     def __init__(self, compiled: Any):
         self._compiled = compiled
+        self._timeouts = 0
 
     @property
     def groupindex(self) -> dict[str, int]:
         return dict(self._compiled.groupindex)
 
     def search(self, text: str) -> Any:
+        if self._timeouts >= GIVE_UP_AFTER:
+            return None
         try:
             return self._compiled.search(text, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
+            self._timeouts += 1
+            TIMED_OUT[self._compiled.pattern] = TIMED_OUT.get(self._compiled.pattern, 0) + 1
             return None
 
 

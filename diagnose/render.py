@@ -72,10 +72,14 @@ def verdict(d: Diagnosis) -> str:
         if stop is not None:
             return f"ready, then stopped at line {stop.line}: no failure found"
         return "ready: startup completed, no failure found"
-    where = PHASE_LABEL.get(d.last_phase or "", d.last_phase or "before any startup phase")
+    where = (
+        f"during {PHASE_LABEL.get(d.last_phase, d.last_phase)}"
+        if d.last_phase
+        else "before any startup phase"
+    )
     if stop is not None:
-        return f"incomplete: stopped at line {stop.line} during {where}, with no error before it"
-    return f"incomplete: the log ends during {where}, with no error"
+        return f"incomplete: stopped at line {stop.line} {where}, with no error before it"
+    return f"incomplete: the log ends {where}, with no error"
 
 
 def _facts_text(facts: dict[str, Any]) -> str:

@@ -79,6 +79,20 @@ def load_knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
     return know
 
 
+def warn_timed_out(know) -> None:  # type: ignore[no-untyped-def]
+    """A user pattern that timed out matched nothing there: say which rule, never silently."""
+    from .patterns import GIVE_UP_AFTER, TIMED_OUT
+
+    for r in know.rules.rules:
+        n = TIMED_OUT.get(r.pattern)
+        if n:
+            stopped = f"; not tried again after {GIVE_UP_AFTER}" if n >= GIVE_UP_AFTER else ""
+            say_warning(
+                f"{r.path}: rule {r.id}: field 'pattern': timed out on {n} line(s){stopped}, so it "
+                "matched nothing there; it backtracks: bound its repeats"
+            )
+
+
 def load_kb(dirs: list[str] | None):  # type: ignore[no-untyped-def]
     from .kb import KnowledgeBase, store_dirs
 
@@ -130,6 +144,7 @@ def run_scan(
             print(render_markdown(d))
         else:
             print_styled(render_text(d, show_all))
+        warn_timed_out(know)
         return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
     done = []
     unreadable = 0
@@ -151,6 +166,7 @@ def run_scan(
             if i:
                 print()
             print_styled(render_text(d, show_all))
+    warn_timed_out(know)
     if any(d.status in ("failed", "degraded") for d in done):
         return EXIT_FOUND
     from .errors import EXIT_USAGE

@@ -225,14 +225,16 @@ def test_blocks_keep_line_numbers_and_final_partial_line(tmp_path):
     assert [(x.number, x.text) for x in lines] == [(1, "one"), (2, "two"), (3, ""), (4, "four")]
 
 
-def test_megabyte_line_is_cut_with_marker(tmp_path):
-    big = b"x" * (3 * MAX_LINE) + b"\nafter\n"
+def test_megabyte_line_keeps_its_head_and_tail(tmp_path, capsys):
+    """An error at the end of a 3 MiB line is still read; stderr says a line was cut."""
+    big = b"x" * (3 * MAX_LINE) + b" RuntimeError: CUDA error: out of memory\nafter\n"
     src = _write(tmp_path, "big.log", b"before\n" + big)
     lines = list(iter_lines(src))
     assert [x.number for x in lines] == [1, 2, 3]
     assert lines[1].truncated and len(lines[1].text) < MAX_LINE + 100
-    assert lines[1].text.endswith(CUT_MARKER.decode())
+    assert CUT_MARKER.decode() in lines[1].text and lines[1].text.endswith("CUDA error: out of memory")
     assert lines[2].text == "after"
+    assert "1 line(s) over 1 MiB were cut" in capsys.readouterr().err
 
 
 def test_long_line_inside_one_block_is_cut(tmp_path):
@@ -242,14 +244,18 @@ def test_long_line_inside_one_block_is_cut(tmp_path):
     assert joined.count(b"\n") == 3 and CUT_MARKER in joined
 
 
-def test_gzip_and_truncated_gzip(tmp_path):
+def test_gzip_and_truncated_gzip(tmp_path, capsys):
     good = tmp_path / "s.log.gz"
     with gzip.open(good, "wb") as g:
         g.write(b"INFO:     Application startup complete.\n")
     assert [x.message for x in iter_lines(Source(str(good), str(good)))] == ["Application startup complete."]
     bad = _write(tmp_path, "t.log.gz", good.read_bytes()[:-12])
+    # cut short: what decoded is read, and a notice says where it stopped
+    assert [x.message[:20] for x in iter_lines(bad)] == ["Application startup "]
+    assert "truncated or corrupt gzip data after" in capsys.readouterr().err
+    nothing = _write(tmp_path, "n.log.gz", good.read_bytes()[:12])
     with pytest.raises(InputError, match="truncated or corrupt gzip"):
-        list(read_blocks(bad))
+        list(read_blocks(nothing))
 
 
 @pytest.mark.parametrize("data,msg", [(b"", "empty input"), (b"\x00\x01\x02ELF\x00binary", "binary data")])

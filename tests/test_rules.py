@@ -197,3 +197,21 @@ def test_every_shipped_rule_keeps_the_advice_contract():
     for r in RULES:
         for a in r.advice:
             assert param_problem(a["param"], "to" in a) is None, (r.id, a)
+
+
+def test_a_user_pattern_that_times_out_is_named_not_silent(cli, tmp_path):
+    """`^(a|aa)+$` backtracks: the scan gives it up after a few lines and says which rule."""
+    from .conftest import run
+
+    rules = tmp_path / "r"
+    rules.mkdir()
+    (rules / "evil.yaml").write_text(
+        "- id: mine.evil\n  engines: [any]\n  class: unknown_error\n  severity: error\n"
+        "  needles: [aaaa]\n  pattern: '^(a|aa)+$'\n  title: Evil\n"
+        "  examples: {match: [aaaa], no_match: [aaab]}\n"
+    )
+    log = tmp_path / "x.log"
+    log.write_text(("a" * 40 + "b\n") * 50)
+    p = run([*cli, "scan", "--rules", str(rules), str(log)])
+    err = p.stderr.decode()
+    assert "rule mine.evil: field 'pattern': timed out on 3 line(s)" in err and "Traceback" not in err
