@@ -13,6 +13,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -51,7 +52,13 @@ def run_child(
     stop_on_failure: bool,
     timeout: float | None,
     json_out: bool = False,
+    echo: bool = True,
+    on_verdict: Any = None,
 ) -> tuple[Verdict, int | None, float]:
+    """Run the server as a child in its own process group. Its output is teed to `log_path`
+    and (`echo`) to our stderr, and fed to the session; a fatal verdict is handed to
+    `on_verdict` as soon as it is known while the server stays up (unless `stop_on_failure`);
+    Ctrl-C/SIGTERM are forwarded to the group; `timeout` ends the whole group."""
     try:
         proc = subprocess.Popen(
             cmd,
@@ -82,7 +89,9 @@ def run_child(
     fd = proc.stdout.fileno()
     sel = selectors.DefaultSelector()
     sel.register(fd, selectors.EVENT_READ)
-    progress = make_progress(session, console, json_out)
+    # the server's own output scrolls on the terminal: phase lines, not a live panel, go with it
+    progress = make_progress(session, console, json_out or echo)
+    out = sys.stderr.buffer if echo and sys.stderr is not None else None
     partial = b""
     verdict: Verdict | None = None
     announced_ready = False
@@ -97,6 +106,9 @@ def run_child(
                     if logf is not None:
                         logf.write(data)
                         logf.flush()
+                    if out is not None:
+                        out.write(data)
+                        out.flush()
                     buf = partial + data
                     cut = buf.rfind(b"\n")
                     if cut >= 0:
@@ -125,9 +137,13 @@ def run_child(
                     if stop_on_failure:
                         progress.stop()
                         terminate(proc)
+                    elif on_verdict is not None:
+                        on_verdict(v)  # said now; the server stays up until it exits or Ctrl-C
                 progress.update()
             if timeout is not None and verdict is None and time.monotonic() - started > timeout:
                 verdict = Verdict("timeout", session.diagnosis())
+                progress.stop()
+                terminate(proc)  # the whole group: nothing is left running with its pipe closed
                 break
         if partial:
             session.feed(partial + b"\n")  # a last line the server never finished

@@ -276,6 +276,9 @@ def run(
     ] = None,
     budget: BudgetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the final diagnosis as JSON.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Do not echo the server's output (it still goes to --log).")
+    ] = False,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
 ) -> None:
@@ -290,8 +293,25 @@ def run(
     session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
     session = session_cls(load_knowledge(rules), log or "server", **kwargs)
     console = _console()
-    verdict, child_rc, started = run_child(cmd, session, console, log, stop_on_failure, timeout, json_out)
-    rc = _finish_live(verdict, json_out, console, started)
+    said = []
+
+    def say_now(v) -> None:  # type: ignore[no-untyped-def]
+        """The verdict the moment it is known; the server keeps running (Ctrl-C stops it)."""
+        from .render import render_text
+        from .styled import print_styled
+
+        if not json_out:
+            print_styled(render_text(v.diagnosis), console)
+            console.print(Text("  the server is still up: Ctrl-C stops it", style="dim"))
+        said.append(v)
+
+    verdict, child_rc, started = run_child(
+        cmd, session, console, log, stop_on_failure, timeout, json_out, echo=not quiet, on_verdict=say_now
+    )
+    if said and not json_out and verdict is said[0]:
+        rc = EXIT_FOUND  # already printed in full
+    else:
+        rc = _finish_live(verdict, json_out, console, started)
     if not json_out:
         console.print(
             Text(

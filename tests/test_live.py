@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -267,3 +268,46 @@ def test_watch_refuses_a_directory_or_a_binary_at_once(cli, tmp_path, target):
     p = subprocess.run([*cli, "watch", str(path)], capture_output=True, timeout=30, cwd=ROOT)
     assert p.returncode == 2 and time.monotonic() - t0 < 10
     assert b"directory" in p.stderr or b"binary" in p.stderr
+
+
+def test_run_tees_the_output_and_says_the_verdict_while_the_server_is_up(cli, tmp_path):
+    script = tmp_path / "server.sh"
+    script.write_text(
+        f"#!/bin/sh\necho 'hello from the server'\ncat {LOGS / 'vllm' / 'oom-load-v1-tp2.log'}\nsleep 60\n"
+    )
+    script.chmod(0o755)
+    proc = subprocess.Popen(
+        [*cli, "run", "--", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        seen = b""
+        t0 = time.monotonic()
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        while b"failed" not in seen and time.monotonic() - t0 < 20:
+            time.sleep(0.1)
+            seen += proc.stdout.read() or b""
+        assert b"failed: CUDA out of memory" in seen and proc.poll() is None  # said while the server is up
+        proc.send_signal(signal.SIGINT)
+        _rest, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert b"hello from the server" in err  # the server's own output, teed
+    assert proc.returncode == 1
+
+
+def test_run_timeout_leaves_no_process_behind(cli, tmp_path):
+    script = tmp_path / "slow.sh"
+    pidfile = tmp_path / "pid"
+    script.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nsleep 120 &\necho $! >> {pidfile}\nwait\n")
+    script.chmod(0o755)
+    t0 = time.monotonic()
+    p = subprocess.run(
+        [*cli, "run", "--timeout", "2", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
+    assert time.monotonic() - t0 < 30 and b"gave up waiting" in p.stdout
+    for pid in map(int, pidfile.read_text().split()):
+        status = Path(f"/proc/{pid}/status")
+        # gone, or dead and waiting for init to reap it (a zombie runs nothing)
+        assert not status.exists() or "State:\tZ" in status.read_text()
