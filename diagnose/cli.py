@@ -198,6 +198,8 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
             console.print(
                 Text("gave up waiting (--timeout): the server is not ready yet", style="bold yellow")
             )
+        elif verdict.kind == "interrupted":
+            console.print(Text("stopped watching (Ctrl-C): the log so far", style="bold yellow"))
         print_styled(render_text(d), console)
     if verdict.kind == "ready" or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
         return EXIT_OK
@@ -258,6 +260,11 @@ def watch(
                 verdict = Verdict("timeout", session.diagnosis(final=True))
             if verdict is None:
                 follower.wait(0.5)
+    except KeyboardInterrupt:
+        # Ctrl-C: what the log says so far is still worth printing
+        follower.check()
+        follower.flush_partial()
+        verdict = Verdict("interrupted", session.diagnosis(final=True))
     finally:
         progress.stop()
         follower.stop()

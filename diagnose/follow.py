@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 READ_SIZE = 1 << 20
+HEAD_BYTES = 256  # the file's first bytes: a copytruncate that was rewritten past our offset changes them
 SAFETY_CHECK_S = 1.0  # also look every second: events can be lost or coalesced
 
 
@@ -53,6 +54,7 @@ class Follower:
         self._f: BinaryIO | None = None
         self._id: FileId | None = None
         self._partial = b""
+        self._head = b""  # the first HEAD_BYTES of the file as we read them
         self._observer = None
         self.rotations = 0
         self.truncations = 0
@@ -113,9 +115,31 @@ class Follower:
             return False
         self._f = f
         self._id = FileId(os.fstat(f.fileno()).st_dev, os.fstat(f.fileno()).st_ino)
+        self._head = self._read_head()
         if initial and self.from_end:
             f.seek(0, os.SEEK_END)
         return True
+
+    def _read_head(self) -> bytes:
+        assert self._f is not None
+        try:
+            return os.pread(self._f.fileno(), HEAD_BYTES, 0)
+        except OSError:
+            return b""
+
+    def _rewritten(self, size: int | None) -> bool:
+        """Truncated and written again since we last looked: smaller than where we are, or
+        (written past our offset already) its first bytes are no longer the ones we read."""
+        assert self._f is not None
+        if size is not None and size < self._f.tell():
+            return True
+        head = self._read_head()
+        n = min(len(head), len(self._head))
+        if n and head[:n] != self._head[:n]:
+            return True
+        if len(head) > len(self._head):
+            self._head = head  # the file was still shorter than HEAD_BYTES: keep what it has now
+        return False
 
     def _drain(self) -> None:
         """Read everything the open file has now; hand over complete lines."""
@@ -138,17 +162,22 @@ class Follower:
         """One round: read new data, then handle truncation and rotation."""
         if self._f is None and not self._open():
             return
-        self._drain()
         assert self._f is not None
         try:
             size = os.fstat(self._f.fileno()).st_size
         except OSError:
             size = None
-        if size is not None and size < self._f.tell():
-            # copytruncate: the same file started over
+        # look for a rewrite before reading on: after a copytruncate the bytes at our offset
+        # belong to the new content's middle
+        if not self._rewritten(size):
+            self._drain()
+        else:
+            # copytruncate: the same file started over (what the old content still had after our
+            # offset was copied away with it: the new content is read from its start)
             self.truncations += 1
             self._partial = b""
             self._f.seek(0)
+            self._head = self._read_head()
             self._drain()
         now = _file_id(self.path)
         if now is not None and now != self._id:

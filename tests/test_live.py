@@ -311,3 +311,52 @@ def test_run_timeout_leaves_no_process_behind(cli, tmp_path):
         status = Path(f"/proc/{pid}/status")
         # gone, or dead and waiting for init to reap it (a zombie runs nothing)
         assert not status.exists() or "State:\tZ" in status.read_text()
+
+
+def test_twenty_trials_of_rename_copytruncate_rewrite_and_burst_lose_nothing(tmp_path):
+    """Each trial: lines, a logrotate rename, a copytruncate whose new content is written past
+    the old size before the follower looks, then a burst. Every line arrives once, in order."""
+    for trial in range(20):
+        path = tmp_path / f"t{trial}.log"
+        got: list[bytes] = []
+        f = Follower(str(path), got.append, poll_interval=0.05)
+        f.start()
+        n = 0
+
+        def write(k: int, tag: bytes, p=path) -> None:  # type: ignore[no-untyped-def]
+            nonlocal n
+            with open(p, "ab") as out:
+                out.write(b"".join(b"%s %d\n" % (tag, n + i) for i in range(k)))
+            n += k
+
+        try:
+            write(300, b"a")
+            collect_until(f, got, n)
+            os.rename(path, tmp_path / f"t{trial}.log.1")
+            write(300, b"b")
+            collect_until(f, got, n)
+            with open(path, "r+b") as t:  # copytruncate ...
+                t.truncate(0)
+            write(1200, b"c")  # ... and more than the old size written before anyone looks
+            collect_until(f, got, n)
+            write(20_000, b"d")  # a burst
+            collect_until(f, got, n)
+        finally:
+            f.stop()
+        lines = b"".join(got).splitlines()
+        assert [int(x.split()[1]) for x in lines] == list(range(n)), f"trial {trial}"
+        assert f.rotations == 1 and f.truncations == 1, f"trial {trial}"
+
+
+def test_ctrl_c_during_watch_prints_the_log_so_far(cli, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_bytes(
+        b"\n".join((LOGS / "vllm" / "healthy-v0-tp2-serving.log").read_bytes().split(b"\n")[:12]) + b"\n"
+    )
+    proc = subprocess.Popen(
+        [*cli, "watch", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert b"stopped watching (Ctrl-C)" in out and b"incomplete" in out and b"Traceback" not in err
