@@ -124,20 +124,49 @@ def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[list[bool | None], 
     return [True] * layers, None
 
 
+COUNT_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "kv_lora_rank",
+    "max_position_embeddings",
+)
+
+
 def shape_from_config(
     cfg: dict[str, Any], quantization: str | None = None, dtype: str | None = None
 ) -> ModelShape:
+    """The model's shape from config.json; a config no model could have is a ConfigError
+    naming the file and the field, never a traceback."""
+    path = cfg.get("__path__", "config.json")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        if _get(text, k) is None:
+            raise ConfigError(f"{path}: field '{k}' missing: cannot size the model")
+    for k in COUNT_FIELDS:
+        v = text.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and k in COUNT_FIELDS[:4]):
+            raise ConfigError(f"{path}: field '{k}' is {v!r}: it must be a positive whole number")
+    try:
+        return _shape(cfg, text, quantization, dtype)
+    except (TypeError, ValueError, ZeroDivisionError, AttributeError, OverflowError, KeyError) as e:
+        raise ConfigError(f"{path}: a field has a value no model has ({type(e).__name__}: {e})") from None
+
+
+def _shape(
+    cfg: dict[str, Any], text: dict[str, Any], quantization: str | None, dtype: str | None
+) -> ModelShape:
     partial: list[str] = []
-    missing = [
-        k
-        for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-        if _get(text, k) is None
-    ]
-    if missing:
-        raise ConfigError(
-            f"{cfg.get('__path__', 'config.json')}: field '{missing[0]}' missing: cannot size the model"
-        )
     h = int(text["hidden_size"])
     L = int(text["num_hidden_layers"])
     H = int(text["num_attention_heads"])

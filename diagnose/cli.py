@@ -614,6 +614,8 @@ def kb_import(
             docs = [d for d in yaml.safe_load_all(f) if d]
     except OSError as e:
         raise InputError(f"{bundle}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{bundle}: not a text bundle (from `diagnose kb export`)") from None
     except yaml.YAMLError as e:
         raise InputError(f"{bundle}: not valid YAML: {e}") from None
     store = store_dirs(kb)[0]

@@ -341,8 +341,14 @@ def similarity(
 @contextlib.contextmanager
 def locked(store: str) -> Iterator[None]:
     """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost."""
-    os.makedirs(store, exist_ok=True)
-    with open(os.path.join(store, ".lock"), "a+") as lf:
+    if os.path.exists(store) and not os.path.isdir(store):
+        raise InputError(f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file")
+    try:
+        os.makedirs(store, exist_ok=True)
+        lf = open(os.path.join(store, ".lock"), "a+")  # noqa: SIM115 - closed by the with below
+    except OSError as e:
+        raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
+    with lf:
         fcntl.flock(lf, fcntl.LOCK_EX)
         try:
             yield
@@ -396,7 +402,10 @@ def add_incident(
         data = {"id": iid, **{k: v for k, v in data.items() if k != "id"}}
         path = os.path.join(store, f"{iid}.yaml")
         validate(data, path)
-        atomic_write(path, _dump(data))
+        try:
+            atomic_write(path, _dump(data))
+        except OSError as e:
+            raise InputError(f"{path}: cannot write the incident: {e.strerror or e}") from None
     return iid, found
 
 

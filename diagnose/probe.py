@@ -438,7 +438,10 @@ def save_baseline(res: ProbeResult, path: str) -> None:
         "tokens_per_s": _r(res.tokens_per_s),
         "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    atomic_write(path, json.dumps(data, indent=2) + "\n")
+    try:
+        atomic_write(path, json.dumps(data, indent=2) + "\n")
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the baseline: {e.strerror or e}") from None
 
 
 def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:

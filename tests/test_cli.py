@@ -204,3 +204,26 @@ def test_scan_accepts_gpus_as_count_and_size(cli, tmp_path):
     p = run([*cli, "scan", "--json", "--gpus", "2x80", str(log)])
     doc = json.loads(p.stdout)
     assert doc["device"]["count"] == 2 and doc["primary"]["class"] == "tp_mismatch"
+
+
+def test_user_mistakes_are_named_not_internal_errors(cli, tmp_path):
+    a_file = tmp_path / "kb-is-a-file"
+    a_file.write_text("x")
+    log = str(FIXTURES / "logs" / "vllm" / "oom-load-v1-tp2.log")
+    binary = tmp_path / "bundle.yaml"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff" * 20)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        '{"hidden_size": "abc", "num_hidden_layers": 2, "num_attention_heads": 0, "vocab_size": 5}'
+    )
+    for args, env in (
+        (["kb", "add", "--from-log", log, "--root-cause", "x"], {"DIAGNOSE_KB": str(a_file)}),
+        (["kb", "import", str(binary)], {"DIAGNOSE_KB": str(tmp_path / "kb")}),
+        (["plan", "--config", str(cfg)], {}),
+    ):
+        p = run([*cli, *args], env=env)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and "internal error" not in err and len(err.strip().splitlines()) == 1, (
+            args,
+            err,
+        )
