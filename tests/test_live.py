@@ -151,7 +151,8 @@ def test_rotation_and_truncation_lose_and_repeat_nothing(tmp_path, poll):
     assert f.rotations == 1 and f.truncations == 1
 
 
-def test_two_hundred_thousand_lines_in_bursts(tmp_path):
+@pytest.mark.parametrize("trial", range(20))
+def test_two_hundred_thousand_lines_in_bursts(tmp_path, trial):
     path = tmp_path / "b.log"
     path.write_bytes(b"")
     got: list[bytes] = []
