@@ -555,14 +555,21 @@ class Advisor:
     def seqs_that_fit(self, dry: bool = False) -> int | None:
         """max_num_seqs from what the KV cache held at the last stats line: running ÷ usage."""
         obs = self.ctx.observed
-        running = _as_int(obs.get("running"))
-        usage = _as_float(obs.get("kv_usage"))
+        facts = self.ctx.finding.facts  # a serving verdict carries the stats line it stands on
+        running = _as_int(facts.get("running") if "running" in facts else obs.get("running"))
+        usage = _as_float(facts.get("kv_usage") if "kv_usage" in facts else obs.get("kv_usage"))
         if usage is None and obs.get("kv_usage_pct") is not None:
             usage = (_as_float(obs["kv_usage_pct"]) or 0) / 100
         if not running or not usage or usage < 0.5:
             return None
         fit = int(running * 0.9 / usage)  # sequences of today's typical length at 90 % usage
-        cur = _as_int(self.ctx.current("max_num_seqs"))
+        # the cap in force when the log says it; a default is no "was" (SGLang computes its own)
+        known = (
+            "max_num_seqs" in self.ctx.launch
+            or "max_num_seqs" in obs
+            or "max_num_seqs" in self.ctx.profiles.get(self.ctx.engine).defaults
+        )
+        cur = _as_int(self.ctx.current("max_num_seqs")) if known else None
         if fit < 1 or (cur is not None and fit >= cur):
             return None
         if dry:

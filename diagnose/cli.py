@@ -100,6 +100,10 @@ def scan(
         bool,
         typer.Option("--show-secrets", help="Print tokens, keys and passwords found in the log (local use)."),
     ] = False,
+    chart: Annotated[
+        bool,
+        typer.Option("--chart", help="Draw the KV-cache and queue chart of the serving phase in pipes too."),
+    ] = False,
 ) -> None:
     """Read server logs and say what failed, when, and the next change to make (one report per file)."""
     # the same checks as scan_command.read_scan_argv, which hands these cases here
@@ -107,7 +111,9 @@ def scan(
         raise typer.BadParameter(
             "no log given: pass a file, or pipe the log into diagnose", param_hint="FILES"
         )
-    rc = run_scan(files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config, merge, show_secrets)
+    rc = run_scan(
+        files, fmt.value, json_out, show_all, engine, rules, gpus, kb, config, merge, show_secrets, chart
+    )
     raise typer.Exit(rc)
 
 

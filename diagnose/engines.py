@@ -35,7 +35,20 @@ PROFILE_KEYS = {
     "prefixes",
     "advice",
     "units",
+    "series",
 }
+# What a stats line can say (serving.py reads them): a share is 0..1 (`scale` turns a percent into one).
+SERIES_FIELDS = {
+    "prompt_tps": "prompt tokens per second",
+    "gen_tps": "generated tokens per second",
+    "running": "requests running",
+    "waiting": "requests waiting in the queue",
+    "swapped": "requests swapped out",
+    "preemptions": "requests preempted since the last line",
+    "kv_usage": "share of the KV cache in use",
+    "prefix_hit": "prefix-cache hit rate",
+}
+SERIES_KEYS = {"needles", "fields", "examples", "why"}
 ADVICE_SITUATIONS = {"oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime"}
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
@@ -82,6 +95,34 @@ class Profile:
     problems: list[str] = field(default_factory=list)
     advice: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # situation -> ordered steps
     units: dict[str, str] = field(default_factory=dict)  # canonical param -> what its value means here
+    series: list[SeriesMarker] = field(default_factory=list)  # periodic stats lines
+
+
+@record
+class SeriesMarker:
+    """A periodic stats line: every occurrence is a point of the serving series. Each field is
+    read on its own, so the wordings of several versions (fields added, renamed, reordered)
+    are one marker."""
+
+    engine: str
+    needles: list[str]
+    fields: dict[str, tuple[str, float]]  # field -> (pattern with one group, scale)
+    examples: list[str]
+    shipped: bool = False
+    compiled: dict[str, Any] = field(default_factory=dict)
+
+    def read(self, text: str) -> dict[str, float]:
+        if not self.compiled:
+            self.compiled = {k: _compile(p, self.shipped) for k, (p, _) in self.fields.items()}
+        out: dict[str, float] = {}
+        for name, rx in self.compiled.items():
+            m = rx.search(text)
+            if m is not None:
+                try:
+                    out[name] = float(m.group(1).replace(",", "")) * self.fields[name][1]
+                except ValueError:
+                    continue
+        return out
 
 
 def _marker(
@@ -242,6 +283,11 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
             raise RuleError(path, engine, key, "must be a mapping")
         setattr(prof, key, dict(v))
     prof.advice = _advice_table(data.get("advice"), path, engine)
+    for i, raw in enumerate(data.get("series") or []):
+        try:
+            prof.series.append(_series_marker(raw, path, engine, i, trusted, shipped))
+        except RuleError as e:
+            prof.problems.append(str(e))
     units = data.get("units") or {}
     if not (isinstance(units, dict) and all(isinstance(v, str) for v in units.values())):
         raise RuleError(path, engine, "units", "must map a canonical parameter to what its value means")
@@ -259,6 +305,47 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
     return prof
 
 
+def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, shipped: bool) -> SeriesMarker:
+    label = f"{engine}.series[{i}]"
+    if not isinstance(raw, dict):
+        raise RuleError(path, label, None, "must be a mapping")
+    for k in raw:
+        if k not in SERIES_KEYS:
+            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(SERIES_KEYS))})")
+    needles = raw.get("needles")
+    if not (isinstance(needles, list) and needles and all(isinstance(n, str) and n for n in needles)):
+        raise RuleError(path, label, "needles", "must be a non-empty list of strings")
+    fields = raw.get("fields")
+    if not (isinstance(fields, dict) and fields):
+        raise RuleError(path, label, "fields", "must map a field to a pattern with one group")
+    specs: dict[str, tuple[str, float]] = {}
+    for name, spec in fields.items():
+        where = f"fields.{name}"
+        if name not in SERIES_FIELDS:
+            raise RuleError(path, label, where, f"unknown field (allowed: {', '.join(sorted(SERIES_FIELDS))})")
+        pattern, scale = (spec.get("pattern"), spec.get("scale", 1)) if isinstance(spec, dict) else (spec, 1)
+        if not isinstance(pattern, str) or not pattern:
+            raise RuleError(path, label, where, "needs a pattern")
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
+            raise RuleError(path, label, where, "scale must be a positive number")
+        compiled = compile_pattern(pattern, path, label, trusted, shipped)
+        if compiled is not None and compiled.groups != 1:
+            raise RuleError(path, label, where, "the pattern needs exactly one group (the number)")
+        specs[str(name)] = (pattern, float(scale))
+    examples = raw.get("examples")
+    if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
+        raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
+    sm = SeriesMarker(engine=engine, needles=list(needles), fields=specs, examples=list(examples), shipped=shipped)
+    if trusted:
+        return sm
+    for ex in examples:
+        if not any(n in ex for n in needles):
+            raise RuleError(path, label, "examples", f"example has none of the needles: {ex[:80]!r}")
+        if len(sm.read(ex)) < 2:
+            raise RuleError(path, label, "examples", f"example gives fewer than two fields: {ex[:80]!r}")
+    return sm
+
+
 @record
 class Profiles:
     by_engine: dict[str, Profile]
@@ -270,6 +357,10 @@ class Profiles:
 
     def get(self, engine: str) -> Profile:
         return self.by_engine.get(engine) or self.by_engine["generic"]
+
+    @property
+    def series(self) -> list[SeriesMarker]:
+        return [s for p in self.by_engine.values() for s in p.series]
 
 
 def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:

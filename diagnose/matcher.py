@@ -18,6 +18,7 @@ from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
 from .rules import Rule, RuleSet
+from .serving import SeriesSampler
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class ScanResult:
     run_start_line: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
     rule_runs: dict[str, int] = field(default_factory=dict)  # in how many runs each rule hit
+    series: list[tuple[str, int, bytes]] = field(default_factory=list)  # sampled stats lines
+    series_seen: int = 0  # stats lines in the run
 
 
 class Scanner:
@@ -131,6 +134,9 @@ class Scanner:
             if hs and all(getattr(h, "what", "") == "observe" and getattr(h, "repeat", False) for h in hs)
         }
         self._latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
+        # periodic stats lines: every one is a point of the serving series (a bounded sample)
+        self._series_needles = sorted({n.encode("utf-8") for s in profiles.series for n in s.needles})
+        self.series = SeriesSampler()
         self._order = {id(m): i for i, m in enumerate(profiles.markers)}
         self._order.update({id(r): 10_000 + i for i, r in enumerate(self.rules)})
         # Markers stop being searched once they can tell nothing new (a phase already
@@ -318,6 +324,8 @@ class Scanner:
                 nl = block.find(b"\n", idx)
                 line = base + block.count(b"\n", 0, start) + 1
                 self._latest_observed[frozenset({needle})] = (line, block[start : n if nl < 0 else nl])
+        if self._series_needles:
+            self._collect_series(block, base)
         # only worth scanning for once an unexplained traceback wants to know if serving went on
         for needle, phase in self._track.items() if self._want_progress else ():
             idx = block.rfind(needle)
@@ -325,6 +333,22 @@ class Scanner:
                 line = base + block.count(b"\n", 0, idx) + 1
                 if line > self.phase_last_line.get(phase, 0):
                     self.phase_last_line[phase] = line
+
+    def _collect_series(self, block: bytes, base: int) -> None:
+        """Offer every stats line of the block to the sampler, in the log's order."""
+        starts: set[int] = set()
+        for needle in self._series_needles:
+            at = block.find(needle)
+            while at >= 0:
+                starts.add(block.rfind(b"\n", 0, at) + 1)
+                nl = block.find(b"\n", at)
+                at = block.find(needle, nl) if nl >= 0 else -1
+        counted, line = 0, base
+        for start in sorted(starts):
+            line += block.count(b"\n", counted, start)
+            counted = start
+            nl = block.find(b"\n", start)
+            self.series.offer(self.source, line + 1, block[start : len(block) if nl < 0 else nl])
 
     # --- one candidate line -------------------------------------------------------------
 
@@ -641,6 +665,7 @@ class Scanner:
         if phase in ("start", "args") and cur >= PHASE_INDEX["distributed_init"]:
             # the server started again: a new run begins
             self.run += 1
+            self.series = SeriesSampler()  # the serving series of the new run
             self.timeline = []
             self.reached = set()
             self.current_phase = None
@@ -722,4 +747,6 @@ class Scanner:
             run_start_line=self.run_start_line,
             observed=dict(self.observed),
             rule_runs=dict(self.rule_runs),
+            series=self.series.snapshot(),
+            series_seen=self.series.seen,
         )

@@ -241,6 +241,7 @@ class Diagnosis:
     kb: list[dict[str, Any]] = field(default_factory=list)
     lines_read: int = 0
     unmatched_errors: int = 0
+    serving: Any = None  # serving.Serving: the stats lines' series and verdict, when the log has them
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -256,4 +257,5 @@ class Diagnosis:
             "device": self.device,
             "advice": [c.to_json() for c in self.advice],
             "kb": self.kb,
+            "serving": self.serving.to_json() if self.serving is not None else None,
         }

@@ -46,6 +46,10 @@ class TimedPattern:
     def groupindex(self) -> dict[str, int]:
         return dict(self._compiled.groupindex)
 
+    @property
+    def groups(self) -> int:
+        return self._compiled.groups
+
     def search(self, text: str) -> Any:
         if self._timeouts >= GIVE_UP_AFTER:
             return None
@@ -76,6 +80,10 @@ class ShippedPattern:
     @property
     def groupindex(self) -> dict[str, int]:
         return dict(self._compiled.groupindex)
+
+    @property
+    def groups(self) -> int:
+        return self._compiled.groups
 
     def search(self, text: str) -> Any:
         if len(text) <= LONG_LINE:

@@ -18,6 +18,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:  # imported where used: a plain scan needs neither pyparsing's device grammar nor the budget
     from .budget import ModelShape
     from .device import DeviceError, DeviceSnapshot
+    from .serving import Serving
 
 
 @record
@@ -83,6 +84,9 @@ def diagnose(
 ) -> Diagnosis:
     info = detect_engine(result, engine)
     findings = build_findings(result, know.profiles, info.name) + list(extra or [])
+    serving = serving_of(result, know.profiles, info.name)
+    if serving is not None and serving.degraded and not any(f.cls == "preemption" for f in findings):
+        findings.append(serving_finding(serving))
     failed = any(f.severity == "fatal" for f in findings)
     device = None
     if snapshot is not None:
@@ -146,12 +150,54 @@ def diagnose(
         device=device,
         lines_read=result.lines,
         unmatched_errors=result.unmatched_errors,
+        serving=serving,
     )
     if not show_secrets:
         from .redact import redact_diagnosis
 
         redact_diagnosis(d)
     return d
+
+
+def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving | None:
+    """The serving phase of the last run, read with the engine's stats-line markers first."""
+    from .serving import judge, read_points
+
+    if not result.series:
+        return None
+    markers = sorted(profiles.series, key=lambda m: m.engine != engine)
+    points = read_points(result.series, markers, since_line=result.run_start_line)
+    cap = result.launch.get("max_num_seqs") or result.observed.get("max_num_seqs")
+    try:
+        max_num_seqs = int(cap) if cap is not None else None
+    except (TypeError, ValueError):
+        max_num_seqs = None
+    return judge(points, result.series_seen, max_num_seqs)
+
+
+SERVING_TITLES = {
+    "kv_bound": "The KV cache is full while requests queue",
+    "preemption_storm": "Requests are preempted again and again for lack of KV cache",
+    "throughput_collapse": "Generation slows to a crawl under a full KV cache",
+}
+
+
+def serving_finding(s: Serving) -> Finding:
+    """A serving verdict that is a real problem, as a finding (class `preemption`)."""
+    p = s.evidence
+    facts = {k: v for k, v in (p.values.items() if p else ()) if k in ("kv_usage", "running", "waiting", "preemptions")}
+    return Finding(
+        rule="serving." + s.verdict.replace("_", "-"),
+        cls="preemption",
+        severity="warning",
+        title=SERVING_TITLES[s.verdict],
+        line=p.line if p else 0,
+        source=p.source if p else "-",
+        evidence=p.text if p else "",
+        facts={k: int(v) if v == int(v) else round(v, 4) for k, v in facts.items()},
+        time=p.time if p else None,
+        note=s.why,
+    )
 
 
 def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]

@@ -42,7 +42,9 @@ _SOURCES: list[tuple[str, str]] = [
         # password=…, "api_key": "…", AWS_SECRET_ACCESS_KEY=…, HF_TOKEN: …, hf_token='…'
         r"(?i)((?:\b|_)(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?access)?[_-]?key|"
         r"client[_-]?secret|secret|token|auth[_-]?token|password|passwd|private[_-]?key|credentials?)"
-        r"['\"]?\s*[=:]\s*['\"]?)(?!<redacted)(?!None\b|null\b|False\b|True\b|\*+)[^\s'\",)}\]]{4,}",
+        r"['\"]?\s*[=:]\s*['\"]?)(?!<redacted)(?!None\b|null\b|False\b|True\b|\*+)"
+        # a count after "token" is not one: SGLang's "#token: 441000", "#full token: 2435072"
+        r"(?:(?<!token: )(?<!token:)(?<!token=)|(?!\d+(?![^\s'\",)}\]])))[^\s'\",)}\]]{4,}",
     ),
     ("secret flag", r"(?i)(--(?:api-key|hf-token|token|password|secret|auth-token)[= ])(?!<redacted)\S+"),
 ]
@@ -119,4 +121,8 @@ def redact_diagnosis(d: Any) -> Any:
         c.to = redact(c.to)
     if d.engine.reason:
         d.engine.reason = redact(d.engine.reason)
+    if d.serving is not None:
+        for p in d.serving.points:
+            p.text = redact(p.text)
+        d.serving.why = redact(d.serving.why)
     return d

@@ -94,7 +94,7 @@ def _facts_text(facts: dict[str, Any]) -> str:
     return " · ".join(items)
 
 
-def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
+def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> StyledLines:
     """The diagnosis for people: verdict, evidence, timeline, next change, past incidents."""
     out = StyledLines()
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
@@ -147,6 +147,8 @@ def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
             segs.append((label, style))
             segs.append((f" {line}", style or "dim"))
         out.add(*segs)
+    if d.serving is not None:
+        _serving_text(out, d, chart)
     if d.advice:
         out.blank()
         first = d.advice[0]
@@ -198,6 +200,36 @@ def render_text(d: Diagnosis, show_all: bool = False) -> StyledLines:
     out.blank()
     out.add(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim")
     return out
+
+
+def serving_headline(s: Any) -> str:
+    """One line of what the serving phase looked like: the verdict and its ranges."""
+    parts = [s.verdict.replace("_", " "), f"{s.seen} stats line{'s' if s.seen != 1 else ''}"]
+    sm = s.summary
+    if "running" in sm:
+        parts.append(f"running ≤ {sm['running']['max']}")
+    if "waiting" in sm:
+        parts.append(f"waiting ≤ {sm['waiting']['max']}")
+    if "kv_usage" in sm:
+        parts.append(f"KV ≤ {sm['kv_usage']['max']:.0%}")
+    if "gen_tps" in sm:
+        parts.append(f"gen ≤ {sm['gen_tps']['max']:g} tok/s")
+    return " · ".join(parts)
+
+
+def _serving_text(out: StyledLines, d: Diagnosis, chart: bool) -> None:
+    from .serving import chart as serving_chart
+
+    s = d.serving
+    out.blank()
+    style = "yellow" if s.degraded else ""
+    out.add(("  serving   ", "bold"), (serving_headline(s), style))
+    out.add(f"    {s.why}", style="dim")
+    if s.next_step:
+        out.add(f"    next: {s.next_step}", style="green")
+    if chart:
+        for row in serving_chart(s):
+            out.add("    " + row, style="cyan")
 
 
 def _sev_style(sev: str) -> str:
@@ -283,6 +315,10 @@ def render_markdown(d: Diagnosis) -> str:
         out += ["| phase | line | time |", "|---|---|---|"]
         out += [f"| {PHASE_LABEL.get(m.phase, m.phase)} | {m.line} | {m.time or ''} |" for m in d.timeline]
         out += [""]
+    if d.serving is not None:
+        out += [f"**Serving:** {serving_headline(d.serving)} — {d.serving.why}", ""]
+        if d.serving.next_step:
+            out += [f"- next: {d.serving.next_step}", ""]
     others = [f for f in d.findings if f is not p]
     if others:
         out += ["**Other findings:**", ""]

@@ -31,6 +31,7 @@ SCAN_OPTIONS: dict[str, tuple[str, str]] = {
     "--config": ("config", "value"),
     "--merge": ("merge", "flag"),
     "--show-secrets": ("show_secrets", "flag"),
+    "--chart": ("chart", "flag"),
 }
 
 
@@ -121,6 +122,7 @@ def run_scan(
     config: str | None = None,
     merge: bool = False,
     show_secrets: bool = False,
+    chart: bool = False,
 ) -> int:
     """Scan, print the diagnosis, return the exit code (options already checked).
 
@@ -130,7 +132,9 @@ def run_scan(
     from .errors import InputError, say_error
     from .pipeline import scan_paths
     from .render import render_json, render_markdown, render_text
-    from .styled import print_styled
+    from .styled import print_styled, wants_rich
+
+    chart = chart or wants_rich()  # the serving chart is for a terminal, or when asked
 
     know = load_knowledge(rules)
     know.check_engine(engine)  # the engines are the profiles, user ones included
@@ -143,7 +147,7 @@ def run_scan(
         elif fmt == "markdown":
             print(render_markdown(d))
         else:
-            print_styled(render_text(d, show_all))
+            print_styled(render_text(d, show_all, chart))
         warn_timed_out(know)
         return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
     done = []
@@ -165,7 +169,7 @@ def run_scan(
         for i, d in enumerate(done):
             if i:
                 print()
-            print_styled(render_text(d, show_all))
+            print_styled(render_text(d, show_all, chart))
     warn_timed_out(know)
     if any(d.status in ("failed", "degraded") for d in done):
         return EXIT_FOUND

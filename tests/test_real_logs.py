@@ -38,11 +38,6 @@ EXPECT = {
 
 # name -> why the tool still gets it wrong (the cause, not the symptom).
 KNOWN_MISSES: dict[str, str] = {
-    "sglang-012-retraction-throughput-collapse-swa": (
-        "the collapse shows only in the periodic Decode-batch stats (token usage 0.92, generation "
-        "throughput falling); the excerpt has no retract warning, and stats lines are not yet read "
-        "as a serving verdict (issue 19)"
-    ),
     "sglang-021-llama4-400k-input-runtime-crash": (
         "the log ends inside the scheduler traceback, before its exception line: the OOM is in the "
         "issue title, not in the log; the stack shows a forward pass and nothing names memory"

@@ -1,0 +1,311 @@
+"""The serving phase: the engines' periodic stats lines as a time series, and what they say.
+
+The scanner keeps a bounded sample of the stats lines (`SeriesSampler`: at most SAMPLE_MAX
+points however long the log, every k-th line with k doubling as it fills, and always the
+latest); this module reads them with the detected engine's `series` markers and turns them
+into a summary and a verdict:
+
+- `kv_bound`: the KV cache ≥ 90 % full in most active points while requests queue
+  (or the engine does not print its queue) → more KV cache, fewer concurrent sequences;
+- `preemption_storm`: the engine keeps preempting (V1 `Preemptions: N`) → the same;
+- `throughput_collapse`: generation per running request falls to a fraction of what the
+  same log showed earlier, with the batch not smaller (long contexts, thrashing);
+- `scheduler_bound`: running pinned at max_num_seqs, KV to spare, a queue → raise the cap;
+- `client_bound`: no queue, a small batch, KV idle → the client, not the server, is the limit;
+- `healthy`, `idle` (no request in any point), `unknown` (too few points to say).
+
+Only `kv_bound` and `preemption_storm` (and a collapse under a full KV cache) become a
+finding (class `preemption`, a warning): the others are told in the `serving` object.
+"""
+
+from __future__ import annotations
+
+from .lines import make_line
+from .records import field, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
+
+SAMPLE_MAX = 600  # points kept per scan: flat memory on a week of stats lines
+LINE_MAX = 2000  # bytes kept of one stats line
+MIN_POINTS = 3  # fewer active points say nothing about a trend
+KV_FULL = 0.9  # usage at which the engines start to preempt / retract
+KV_FULL_SHARE = 0.6  # share of active points that must be that full
+KV_PERSIST_S = 30  # a full cache with a queue for less than this is one long request passing
+KV_PERSIST_POINTS = 5  # the same, counted in stats lines, when the log prints no times
+KV_SPARE = 0.8  # below this, KV is not what bounds the batch
+STORM_PREEMPTIONS = 10  # preemptions over the log (V1 prints a count per interval)
+COLLAPSE_RATIO = 0.4  # per-request generation that fell to this share of its earlier level
+CLIENT_BATCH = 4  # at most this many running requests with no queue: the client is the limit
+CHART_WIDTH = 60
+
+
+def median(vals: list[float]) -> float:
+    """The middle value (statistics.median costs an import of decimal and fractions at start)."""
+    s = sorted(vals)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+class SeriesSampler:
+    """Every stride-th stats line, at most SAMPLE_MAX of them: when full, every other point is
+    dropped and the stride doubles, so the sample stays spread over the whole log."""
+
+    __slots__ = ("points", "seen", "stride", "latest")
+
+    def __init__(self) -> None:
+        self.points: list[tuple[str, int, bytes]] = []
+        self.seen = 0
+        self.stride = 1
+        self.latest: tuple[str, int, bytes] | None = None
+
+    def offer(self, source: str, line: int, raw: bytes) -> None:
+        self.seen += 1
+        point = (source, line, raw[:LINE_MAX])
+        self.latest = point
+        if (self.seen - 1) % self.stride:
+            return
+        self.points.append(point)
+        if len(self.points) >= SAMPLE_MAX:
+            self.points = self.points[::2]
+            self.stride *= 2
+
+    def snapshot(self) -> list[tuple[str, int, bytes]]:
+        out = list(self.points)
+        if self.latest is not None and (not out or out[-1] != self.latest):
+            out.append(self.latest)
+        return out
+
+
+@record
+class Point:
+    source: str
+    line: int
+    time: str | None
+    values: dict[str, float]
+    text: str
+
+
+@record
+class Serving:
+    verdict: str
+    why: str
+    points: list[Point]
+    seen: int  # stats lines in the log (the points are a sample of them)
+    evidence: Point | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    next_step: str | None = None  # for the verdicts that are not a finding
+
+    @property
+    def degraded(self) -> bool:
+        return self.verdict in ("kv_bound", "preemption_storm") or (
+            self.verdict == "throughput_collapse" and bool(self.summary.get("kv_full_share"))
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "why": self.why,
+            "next_step": self.next_step,
+            "stats_lines": self.seen,
+            "evidence": _where(self.evidence),
+            "summary": self.summary,
+            "series": [
+                {"line": p.line, "time": p.time, **{k: _round(v) for k, v in sorted(p.values.items())}}
+                for p in self.points
+            ],
+        }
+
+
+def _where(p: Point | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"source": p.source, "line": p.line, "text": p.text}
+
+
+def _round(v: float) -> float | int:
+    return int(v) if v == int(v) else round(v, 4)
+
+
+def read_points(raw: list[tuple[str, int, bytes]], markers: list[Any], since_line: int = 0) -> list[Point]:
+    """The sampled stats lines read with the engine's markers (the first whose needle is in the
+    line reads it: vLLM's and LMDeploy's lines share a wording). Lines of an earlier run of the
+    server are left out."""
+    out: list[Point] = []
+    for source, number, data in raw:
+        if number < since_line:
+            continue
+        line = make_line(source, number, data)
+        text = line.message
+        for mk in markers:
+            if any(n in text for n in mk.needles):
+                values = mk.read(text)
+                if values:
+                    out.append(Point(source, number, line.timestamp, values, text.strip()[:300]))
+                break
+    return out
+
+
+def _values(points: list[Point], key: str) -> list[float]:
+    return [p.values[key] for p in points if key in p.values]
+
+
+def _stats(vals: list[float]) -> dict[str, float | int] | None:
+    if not vals:
+        return None
+    return {"min": _round(min(vals)), "median": _round(median(vals)), "max": _round(max(vals)), "last": _round(vals[-1])}
+
+
+def _active(p: Point) -> bool:
+    v = p.values
+    return v.get("running", 0) > 0 or v.get("waiting", 0) > 0 or v.get("gen_tps", 0) > 0 or v.get("prompt_tps", 0) > 0
+
+
+def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving | None:
+    """The verdict on a run's stats lines; None when the log has none."""
+    if not points:
+        return None
+    active = [p for p in points if _active(p)]
+    summary: dict[str, Any] = {"points": len(points), "active_points": len(active)}
+    for key in ("running", "waiting", "kv_usage", "gen_tps", "prompt_tps", "prefix_hit"):
+        s = _stats(_values(points, key))
+        if s is not None:
+            summary[key] = s
+    preempted = sum(_values(points, "preemptions"))
+    if preempted:
+        summary["preemptions"] = _round(preempted)
+    if points[0].time or points[-1].time:
+        summary["from"], summary["to"] = points[0].time, points[-1].time
+
+    def verdict(name: str, why: str, evidence: Point | None, next_step: str | None = None) -> Serving:
+        return Serving(name, why, points, seen, evidence, summary, next_step)
+
+    if not active:
+        return verdict("idle", "no request was running or waiting in any stats line", points[-1])
+    if len(active) < MIN_POINTS:
+        return verdict("unknown", f"only {len(active)} stats line(s) with requests in flight", active[-1])
+
+    kv = [p for p in active if "kv_usage" in p.values]
+    full = [p for p in kv if p.values["kv_usage"] >= KV_FULL]
+    queue_known = any("waiting" in p.values for p in active)
+    queued_full = [p for p in full if p.values.get("waiting", 0) > 0]
+    share = len(full) / len(kv) if kv else 0.0
+    summary["kv_full_share"] = round(share, 2)
+    peak = max(kv, key=lambda p: (p.values["kv_usage"], p.values.get("waiting", 0))) if kv else None
+
+    # V1 counts preemptions per interval; a handful over hours is the scheduler doing its job
+    with_preemptions = [p for p in active if p.values.get("preemptions", 0) > 0]
+    if preempted >= STORM_PREEMPTIONS and len(with_preemptions) >= 2:
+        worst = max(with_preemptions, key=lambda p: p.values["preemptions"])
+        return verdict(
+            "preemption_storm",
+            f"{_round(preempted)} preemptions over {len(with_preemptions)} stats lines: the KV cache "
+            "cannot hold the running batch, requests are evicted and recomputed",
+            worst,
+        )
+    pressed = queued_full if queue_known else full
+    if (
+        len(kv) >= MIN_POINTS
+        and share >= KV_FULL_SHARE
+        and len(pressed) >= len(full) / 2
+        and _persists(pressed)
+    ):
+        waiting = _values(full, "waiting")
+        queue = f", {int(median(waiting))} requests waiting (median)" if waiting else " (the line has no queue count)"
+        return verdict(
+            "kv_bound",
+            f"the KV cache was ≥ {KV_FULL:.0%} full in {len(full)} of {len(kv)} stats lines{queue}: "
+            "memory, not compute, bounds the batch",
+            peak if peak is not None else full[-1],
+        )
+
+    collapse = _collapse(active)
+    if collapse is not None:
+        before, after, at = collapse
+        summary["per_request_tps"] = {"before": round(before, 2), "after": round(after, 2)}
+        kv_at = at.values.get("kv_usage")
+        tail = f", KV cache {kv_at:.0%} full" if kv_at is not None else ""
+        return verdict(
+            "throughput_collapse",
+            f"generation per running request fell from {before:.1f} to {after:.1f} tokens/s with the "
+            f"batch no smaller{tail}",
+            at,
+            "look at the prompts' lengths and the KV cache: long contexts or a cache that thrashes"
+            if kv_at is None or kv_at < KV_FULL
+            else None,
+        )
+
+    running = _values(active, "running")
+    spare = not kv or max(p.values["kv_usage"] for p in kv) < KV_SPARE
+    if max_num_seqs and running:
+        pinned = [p for p in active if p.values.get("running", 0) >= max_num_seqs and p.values.get("waiting", 0) > 0]
+        if len(pinned) >= max(MIN_POINTS, len(active) / 2) and spare:
+            return verdict(
+                "scheduler_bound",
+                f"{max_num_seqs} requests running (the max_num_seqs cap) with requests waiting "
+                f"in {len(pinned)} stats lines while the KV cache had room",
+                pinned[-1],
+                f"raise max_num_seqs above {max_num_seqs}: the KV cache has room for more",
+            )
+    waits = _values(active, "waiting")
+    if running and spare and queue_known and not any(waits) and max(running) <= CLIENT_BATCH:
+        return verdict(
+            "client_bound",
+            f"at most {int(max(running))} requests in flight, none waiting, KV cache "
+            f"{'at most ' + format(max(p.values['kv_usage'] for p in kv), '.0%') if kv else 'unreported'}: "
+            "the server had room for more",
+            active[-1],
+            "raise the client's concurrency (more parallel requests) before tuning the server",
+        )
+    return verdict("healthy", "no sustained KV pressure, queue or preemption in the stats lines", peak or active[-1])
+
+
+def _persists(points: list[Point]) -> bool:
+    """Whether a condition lasted: KV_PERSIST_S of the log's time, or KV_PERSIST_POINTS lines."""
+    from .triage import seconds
+
+    t0, t1 = seconds(points[0].time), seconds(points[-1].time) if points else None
+    if t0 is not None and t1 is not None:
+        return t1 - t0 >= KV_PERSIST_S
+    return len(points) >= KV_PERSIST_POINTS
+
+
+def _collapse(active: list[Point]) -> tuple[float, float, Point] | None:
+    """Per-request generation in the last third against the best third before it, over the
+    points with a steady batch: the engines average throughput over an interval but count
+    running requests at its end, so a bursty load's small batches say nothing."""
+    pts = [p for p in active if p.values.get("gen_tps", 0) > 0 and p.values.get("running", 0) > CLIENT_BATCH]
+    if len(pts) < 3 * MIN_POINTS:
+        return None
+    rate = [p.values["gen_tps"] / p.values["running"] for p in pts]
+    third = len(pts) // 3
+    thirds = [rate[:third], rate[third : 2 * third], rate[2 * third :]]
+    before = max(median(thirds[0]), median(thirds[1]))
+    after = median(thirds[2])
+    run_before = median([p.values["running"] for p in pts[: 2 * third]])
+    run_after = median([p.values["running"] for p in pts[2 * third :]])
+    if before > 0 and after < COLLAPSE_RATIO * before and run_after >= run_before:
+        return before, after, pts[2 * third + len(thirds[2]) // 2]
+    return None
+
+
+def chart(s: Serving, width: int = CHART_WIDTH) -> list[str]:
+    """Two text rows over the sampled run: KV usage and the queue, one block character per
+    bucket of points (for a terminal; pipes get the numbers)."""
+    bars = " ▁▂▃▄▅▆▇█"
+    pts = s.points
+    if len(pts) < 2:
+        return []
+    buckets = [pts[i * len(pts) // width : (i + 1) * len(pts) // width] for i in range(min(width, len(pts)))]
+    rows = []
+    kv = [max((p.values.get("kv_usage", -1) for p in b), default=-1) for b in buckets]
+    if any(v >= 0 for v in kv):
+        rows.append("KV cache " + "".join(" " if v < 0 else bars[min(8, round(v * 8))] for v in kv) + f" max {max(kv):.0%}")
+    queue = [max((p.values.get("waiting", -1) for p in b), default=-1) for b in buckets]
+    top = max(queue)
+    if top > 0:
+        rows.append(
+            "queue    " + "".join(" " if v < 0 else bars[min(8, round(v / top * 8))] for v in queue) + f" max {int(top)}"
+        )
+    return rows
