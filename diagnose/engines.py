@@ -322,7 +322,9 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
     for name, spec in fields.items():
         where = f"fields.{name}"
         if name not in SERIES_FIELDS:
-            raise RuleError(path, label, where, f"unknown field (allowed: {', '.join(sorted(SERIES_FIELDS))})")
+            raise RuleError(
+                path, label, where, f"unknown field (allowed: {', '.join(sorted(SERIES_FIELDS))})"
+            )
         pattern, scale = (spec.get("pattern"), spec.get("scale", 1)) if isinstance(spec, dict) else (spec, 1)
         if not isinstance(pattern, str) or not pattern:
             raise RuleError(path, label, where, "needs a pattern")
@@ -335,7 +337,9 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
     examples = raw.get("examples")
     if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
         raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
-    sm = SeriesMarker(engine=engine, needles=list(needles), fields=specs, examples=list(examples), shipped=shipped)
+    sm = SeriesMarker(
+        engine=engine, needles=list(needles), fields=specs, examples=list(examples), shipped=shipped
+    )
     if trusted:
         return sm
     for ex in examples:

@@ -185,7 +185,11 @@ SERVING_TITLES = {
 def serving_finding(s: Serving) -> Finding:
     """A serving verdict that is a real problem, as a finding (class `preemption`)."""
     p = s.evidence
-    facts = {k: v for k, v in (p.values.items() if p else ()) if k in ("kv_usage", "running", "waiting", "preemptions")}
+    facts = {
+        k: v
+        for k, v in (p.values.items() if p else ())
+        if k in ("kv_usage", "running", "waiting", "preemptions")
+    }
     return Finding(
         rule="serving." + s.verdict.replace("_", "-"),
         cls="preemption",

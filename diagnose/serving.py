@@ -52,7 +52,7 @@ class SeriesSampler:
     """Every stride-th stats line, at most SAMPLE_MAX of them: when full, every other point is
     dropped and the stride doubles, so the sample stays spread over the whole log."""
 
-    __slots__ = ("points", "seen", "stride", "latest")
+    __slots__ = ("latest", "points", "seen", "stride")
 
     def __init__(self) -> None:
         self.points: list[tuple[str, int, bytes]] = []
@@ -154,12 +154,22 @@ def _values(points: list[Point], key: str) -> list[float]:
 def _stats(vals: list[float]) -> dict[str, float | int] | None:
     if not vals:
         return None
-    return {"min": _round(min(vals)), "median": _round(median(vals)), "max": _round(max(vals)), "last": _round(vals[-1])}
+    return {
+        "min": _round(min(vals)),
+        "median": _round(median(vals)),
+        "max": _round(max(vals)),
+        "last": _round(vals[-1]),
+    }
 
 
 def _active(p: Point) -> bool:
     v = p.values
-    return v.get("running", 0) > 0 or v.get("waiting", 0) > 0 or v.get("gen_tps", 0) > 0 or v.get("prompt_tps", 0) > 0
+    return (
+        v.get("running", 0) > 0
+        or v.get("waiting", 0) > 0
+        or v.get("gen_tps", 0) > 0
+        or v.get("prompt_tps", 0) > 0
+    )
 
 
 def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving | None:
@@ -212,7 +222,11 @@ def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving |
         and _persists(pressed)
     ):
         waiting = _values(full, "waiting")
-        queue = f", {int(median(waiting))} requests waiting (median)" if waiting else " (the line has no queue count)"
+        queue = (
+            f", {int(median(waiting))} requests waiting (median)"
+            if waiting
+            else " (the line has no queue count)"
+        )
         return verdict(
             "kv_bound",
             f"the KV cache was ≥ {KV_FULL:.0%} full in {len(full)} of {len(kv)} stats lines{queue}: "
@@ -239,7 +253,9 @@ def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving |
     running = _values(active, "running")
     spare = not kv or max(p.values["kv_usage"] for p in kv) < KV_SPARE
     if max_num_seqs and running:
-        pinned = [p for p in active if p.values.get("running", 0) >= max_num_seqs and p.values.get("waiting", 0) > 0]
+        pinned = [
+            p for p in active if p.values.get("running", 0) >= max_num_seqs and p.values.get("waiting", 0) > 0
+        ]
         if len(pinned) >= max(MIN_POINTS, len(active) / 2) and spare:
             return verdict(
                 "scheduler_bound",
@@ -258,7 +274,9 @@ def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving |
             active[-1],
             "raise the client's concurrency (more parallel requests) before tuning the server",
         )
-    return verdict("healthy", "no sustained KV pressure, queue or preemption in the stats lines", peak or active[-1])
+    return verdict(
+        "healthy", "no sustained KV pressure, queue or preemption in the stats lines", peak or active[-1]
+    )
 
 
 def _persists(points: list[Point]) -> bool:
@@ -301,11 +319,17 @@ def chart(s: Serving, width: int = CHART_WIDTH) -> list[str]:
     rows = []
     kv = [max((p.values.get("kv_usage", -1) for p in b), default=-1) for b in buckets]
     if any(v >= 0 for v in kv):
-        rows.append("KV cache " + "".join(" " if v < 0 else bars[min(8, round(v * 8))] for v in kv) + f" max {max(kv):.0%}")
+        rows.append(
+            "KV cache "
+            + "".join(" " if v < 0 else bars[min(8, round(v * 8))] for v in kv)
+            + f" max {max(kv):.0%}"
+        )
     queue = [max((p.values.get("waiting", -1) for p in b), default=-1) for b in buckets]
     top = max(queue)
     if top > 0:
         rows.append(
-            "queue    " + "".join(" " if v < 0 else bars[min(8, round(v / top * 8))] for v in queue) + f" max {int(top)}"
+            "queue    "
+            + "".join(" " if v < 0 else bars[min(8, round(v / top * 8))] for v in queue)
+            + f" max {int(top)}"
         )
     return rows
