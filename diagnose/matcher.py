@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict, deque
+from itertools import pairwise
 
 from .engines import Marker, Profiles
 from .facts import typed_facts
@@ -18,7 +19,7 @@ from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
 from .rules import Rule, RuleSet
-from .serving import SeriesSampler
+from .serving import LINE_MAX, SeriesSampler
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -135,7 +136,9 @@ class Scanner:
         }
         self._latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         # periodic stats lines: every one is a point of the serving series (a bounded sample)
-        self._series_needles = sorted({n.encode("utf-8") for s in profiles.series for n in s.needles})
+        needles = {n.encode("utf-8") for s in profiles.series for n in s.needles}
+        # a needle holding another one ("GPU KV cache usage:" and "KV cache usage:") finds no more lines
+        self._series_needles = sorted(n for n in needles if not any(m != n and m in n for m in needles))
         self.series = SeriesSampler()
         self._order = {id(m): i for i, m in enumerate(profiles.markers)}
         self._order.update({id(r): 10_000 + i for i, r in enumerate(self.rules)})
@@ -335,20 +338,39 @@ class Scanner:
                     self.phase_last_line[phase] = line
 
     def _collect_series(self, block: bytes, base: int) -> None:
-        """Offer every stats line of the block to the sampler, in the log's order."""
-        starts: set[int] = set()
+        """Count every stats line of the block; read the line number and bytes only of those the
+        sample keeps, and of the block's latest (a serving log is one stats line in ten)."""
+        hits: list[int] = []
+        wordings = 0
         for needle in self._series_needles:
             at = block.find(needle)
-            while at >= 0:
-                starts.add(block.rfind(b"\n", 0, at) + 1)
+            wordings += at >= 0
+            while at >= 0:  # one hit per line (vLLM V0 says "KV cache usage:" for GPU and CPU)
+                hits.append(at)
                 nl = block.find(b"\n", at)
                 at = block.find(needle, nl) if nl >= 0 else -1
+        if not hits:
+            return
+        if wordings > 1:  # several wordings in the block: the log's order, one point per line
+            hits.sort()
+            hits = [hits[0]] + [b for a, b in pairwise(hits) if block.find(b"\n", a, b) >= 0]
+        n = len(block)
+        sampler = self.series
         counted, line = 0, base
-        for start in sorted(starts):
+
+        def read(at: int) -> tuple[int, bytes]:
+            nonlocal counted, line
+            start = block.rfind(b"\n", 0, at) + 1
             line += block.count(b"\n", counted, start)
             counted = start
-            nl = block.find(b"\n", start)
-            self.series.offer(self.source, line + 1, block[start : len(block) if nl < 0 else nl])
+            nl = block.find(b"\n", at)
+            return line + 1, block[start : n if nl < 0 else nl]
+
+        for at in hits:
+            if sampler.take():
+                sampler.keep(self.source, *read(at))
+        number, raw = read(hits[-1])
+        sampler.latest = (self.source, number, raw[:LINE_MAX])
 
     # --- one candidate line -------------------------------------------------------------
 

@@ -60,16 +60,21 @@ class SeriesSampler:
         self.stride = 1
         self.latest: tuple[str, int, bytes] | None = None
 
-    def offer(self, source: str, line: int, raw: bytes) -> None:
+    def take(self) -> bool:
+        """Count one more stats line; whether the sample wants it (then `keep` it)."""
         self.seen += 1
-        point = (source, line, raw[:LINE_MAX])
-        self.latest = point
-        if (self.seen - 1) % self.stride:
-            return
-        self.points.append(point)
+        return not (self.seen - 1) % self.stride
+
+    def keep(self, source: str, line: int, raw: bytes) -> None:
+        self.points.append((source, line, raw[:LINE_MAX]))
         if len(self.points) >= SAMPLE_MAX:
             self.points = self.points[::2]
             self.stride *= 2
+
+    def offer(self, source: str, line: int, raw: bytes) -> None:
+        if self.take():
+            self.keep(source, line, raw)
+        self.latest = (source, line, raw[:LINE_MAX])
 
     def snapshot(self) -> list[tuple[str, int, bytes]]:
         out = list(self.points)
