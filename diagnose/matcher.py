@@ -414,8 +414,12 @@ class Scanner:
         if closing and tb is not None:
             tb.exception = line
         engine = self._active_engine()
+        # outside a traceback, a quiet line's words are never kept (see _vocab): not even searched
+        no_words = tb is None and line.level in QUIET_LEVELS
         for h in handlers:
             if isinstance(h, Rule):
+                if no_words and h.layer == "vocabulary":
+                    continue
                 target = msg if h.scope == "message" else line.text
                 m = h.search(target)
                 if m is None:

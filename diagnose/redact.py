@@ -48,7 +48,27 @@ _SOURCES: list[tuple[str, str]] = [
     ),
     ("secret flag", r"(?i)(--(?:api-key|hf-token|token|password|secret|auth-token)[= ])(?!<redacted)\S+"),
 ]
-_COMPILED: list[tuple[str, re.Pattern[str]]] | None = None
+# Per kind, words (lower case) one of which its secret's line must hold: a pattern is
+# compiled and run only on text that has one (a plain scan then compiles one or two, not 16).
+_WORDS: dict[str, tuple[str, ...]] = {
+    "private key": ("private key",),
+    "huggingface token": ("hf_",),
+    "anthropic key": ("sk-ant-",),
+    "openai key": ("sk-",),
+    "github token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab token": ("glpat-",),
+    "slack token": ("xox",),
+    "aws access key id": ("akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa"),
+    "gcp api key": ("aiza",),
+    "jwt": ("eyj",),
+    "azure key": ("accountkey=", "sharedaccesskey=", "sig="),
+    "bearer token": ("bearer",),
+    "basic auth": ("basic",),
+    "password in url": ("://",),
+    "secret setting": ("key", "secret", "token", "passw", "credential"),
+    "secret flag": ("--",),
+}
+_COMPILED: dict[str, re.Pattern[str]] = {}
 # A cheap first test: text without any of these cannot hold a secret of the kinds above.
 _HINT = re.compile(
     r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|AIza|eyJ|key|"
@@ -60,18 +80,22 @@ SECRET_KEYS = re.compile(
 )
 
 
-def _compiled() -> list[tuple[str, re.Pattern[str]]]:
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = [(kind, re.compile(src)) for kind, src in _SOURCES]
-    return _COMPILED
+def _pattern(kind: str, src: str) -> re.Pattern[str]:
+    pat = _COMPILED.get(kind)
+    if pat is None:
+        pat = _COMPILED[kind] = re.compile(src)
+    return pat
 
 
 def redact(text: str, found: dict[str, int] | None = None) -> str:
     """The text with every secret value masked; `found` counts the kinds masked."""
     if not text or not _HINT.search(text):
         return text
-    for kind, pat in _compiled():
+    low = text.lower()
+    for kind, src in _SOURCES:
+        if not any(w in low for w in _WORDS[kind]):
+            continue
+        pat = _pattern(kind, src)
 
         def sub(m: re.Match[str], kind: str = kind) -> str:
             if found is not None:
