@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -357,7 +357,28 @@ def probe(
     baseline: Annotated[
         str | None, typer.Option("--baseline", help="Compare with a stored baseline.")
     ] = None,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="Allowed regression (0.25 = 25 %).")] = 0.25,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--tolerance", help="Allowed regression (default 0.25; 0.15 for a sweep).", show_default=False
+        ),
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep", help="Concurrency levels, e.g. 1,2,4,8,16,32: find the knee.", show_default=False
+        ),
+    ] = None,
+    per_level: Annotated[
+        int | None, typer.Option("--per-level", help="Requests at each level (default max(8, 2×level)).")
+    ] = None,
+    max_requests: Annotated[
+        int, typer.Option("--max-requests", help="At most this many requests in a sweep.")
+    ] = 2000,
+    sweep_time: Annotated[float, typer.Option("--sweep-time", help="Seconds a sweep may take.")] = 600.0,
+    compare: Annotated[
+        str | None, typer.Option("--compare", help="A saved sweep: report regressions against it.")
+    ] = None,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -386,6 +407,12 @@ def probe(
     ):
         _at_least(hint, v, 0.001)
     _at_least("--tolerance", tolerance, 0)
+    levels = _levels(sweep) if sweep is not None else None
+    _at_least("--per-level", per_level, 1)
+    _at_least("--max-requests", max_requests, 1)
+    _at_least("--sweep-time", sweep_time, 1)
+    if compare and not levels:
+        raise typer.BadParameter("--compare reads a saved sweep: give --sweep too", param_hint="--compare")
     headers: dict[str, str] = {}
     for h in header or []:
         name, sep, value = h.partition(":")
@@ -402,6 +429,27 @@ def probe(
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
         headers=headers,
     )
+    if levels:
+        raise typer.Exit(
+            _run_sweep(
+                res,
+                levels,
+                prompt,
+                max_tokens,
+                chat,
+                per_level,
+                max_requests,
+                sweep_time,
+                Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
+                headers,
+                api_key,
+                save_baseline,
+                compare,
+                0.15 if tolerance is None else tolerance,
+                json_out,
+            )
+        )
+    tolerance = 0.25 if tolerance is None else tolerance
     if baseline and res.ok:
         compare_baseline(res, baseline, tolerance)
     if save_baseline and res.ok:
@@ -440,6 +488,124 @@ def probe(
             for a in res.cause.advice:
                 c.print(Text(f"  next   {a}"))
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r}: give concurrency levels like 1,2,4,8", param_hint="--sweep"
+        ) from None
+    if not levels or any(c < 1 or c > 1024 for c in levels) or levels != sorted(set(levels)):
+        raise typer.BadParameter(
+            f"{text!r}: increasing levels between 1 and 1024, e.g. 1,2,4,8", param_hint="--sweep"
+        )
+    return levels
+
+
+def _run_sweep(
+    res: Any,
+    levels: list[int],
+    prompt: str,
+    max_tokens: int,
+    chat: bool,
+    per_level: int | None,
+    max_requests: int,
+    sweep_time: float,
+    timeouts: Any,
+    headers: dict[str, str],
+    api_key: str | None,
+    save: str | None,
+    compare: str | None,
+    tolerance: float,
+    json_out: bool,
+) -> int:
+    """The concurrency sweep after a probe that passed: steps, knee, bound, regressions."""
+    import json
+
+    from .sweep import Sweep, compare_sweep, run_sweep, save_sweep
+
+    sent = dict(headers)
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    if key:
+        sent["Authorization"] = f"Bearer {key}"
+    result = Sweep()
+    if res.ok:
+        progress_cm: Any = None
+        update = None
+        if not json_out and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            progress_cm = Progress(console=Console(stderr=True), transient=True)
+            task = progress_cm.add_task("sweep", total=1)
+
+            def update(done: int, total: int, c: int) -> None:
+                progress_cm.update(task, completed=done, total=total, description=f"concurrency {c}")
+
+            progress_cm.start()
+        try:
+            result = run_sweep(
+                res.url,
+                res.model,
+                levels,
+                prompt,
+                max_tokens,
+                chat,
+                per_level,
+                max_requests,
+                sweep_time,
+                timeouts,
+                sent,
+                update,
+            )
+        finally:
+            if progress_cm is not None:
+                progress_cm.stop()
+        if compare:
+            compare_sweep(result, compare, tolerance)
+        if save and result.steps:
+            save_sweep(result, save, res.url, res.model)
+    ok = res.ok and not result.regressions and bool(result.steps)
+    if json_out:
+        out = res.to_json()
+        out["ok"] = ok
+        out["sweep"] = result.to_json()
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+        return EXIT_OK if ok else EXIT_FOUND
+    c = _console()
+    if not res.ok:
+        c.print(Text(f"✗ does not serve: {res.url}: no sweep", style="bold red"))
+        if res.cause:
+            c.print(Text(f"  cause  {res.cause.title}", style="bold"))
+        return EXIT_FOUND
+    c.print(Text(f"sweep: {res.url}" + (f"  model {res.model}" if res.model else ""), style="bold"))
+    c.print(Text("  conc  reqs  err  TTFT p50/p99 ms   TPOT p50/p99 ms   req/s   tok/s", style="dim"))
+    for s in result.steps:
+        mark = "  ◀ knee" if s.concurrency == result.knee else ""
+        c.print(
+            f"  {s.concurrency:>4}  {s.requests:>4}  {s.errors:>3}  "
+            f"{_f(s.ttft_p50_ms):>7}/{_f(s.ttft_p99_ms):<8} {_f(s.tpot_p50_ms):>7}/{_f(s.tpot_p99_ms):<8} "
+            f"{_f(s.req_per_s):>6}  {_f(s.tok_per_s):>6}{mark}"
+        )
+    c.print(
+        Text(
+            f"  knee   {result.knee if result.knee is not None else '—'}   bound {result.bound}", style="bold"
+        )
+    )
+    if result.why:
+        c.print(Text(f"  {result.why}", style="dim"))
+    if result.next_step:
+        c.print(Text(f"  next   {result.next_step}", style="green"))
+    if result.stopped:
+        c.print(Text(f"  note: {result.stopped}", style="yellow"))
+    for r in result.regressions:
+        c.print(Text(f"  ✗ regression  {r}", style="red"))
+    return EXIT_OK if ok else EXIT_FOUND
+
+
+def _f(x: float | None) -> str:
+    return "—" if x is None else f"{x:g}"
 
 
 @kb_app.command("add")

@@ -1,0 +1,139 @@
+"""An OpenAI-compatible server on loopback that batches like an engine, for the sweep tests.
+
+A fixed number of slots (the running batch); a request beyond them waits in a queue; every
+token of every running request takes `base_s × (1 + alpha × running)` (a bigger batch makes
+each step slower), so throughput grows with concurrency until the slots are full and then
+stops while the queue makes latency climb: the knee is at `slots`. `/metrics` speaks vLLM's
+Prometheus names; `limit` says whether a full batch shows as a full KV cache (`kv`) or as a
+cap with KV to spare (`scheduler`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class BatchingStub:
+    def __init__(self, slots: int = 4, base_s: float = 0.004, alpha: float = 0.05, limit: str = "kv"):
+        self.slots = slots
+        self.base_s = base_s
+        self.alpha = alpha
+        self.limit = limit
+        self.slow = 1.0  # multiplies every delay: a regression after an "upgrade"
+        self.text = "tok"  # the words it answers with: changes when the "kernels" change
+        self.running = 0
+        self.waiting = 0
+        self.requests = 0
+        self._sem = threading.Semaphore(slots)
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # tokens leave one by one, as an engine's do
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send(
+                        200, json.dumps({"data": [{"id": "stub-model", "max_model_len": 4096}]}).encode()
+                    )
+                elif self.path == "/metrics":
+                    self._send(200, stub.metrics().encode(), "text/plain; version=0.0.4")
+                else:
+                    self._send(404, b"{}")
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                req = json.loads(self.rfile.read(n) or b"{}")
+                max_tokens = int(req.get("max_tokens") or 16)
+                with stub._lock:
+                    stub.requests += 1
+                    stub.waiting += 1
+                stub._sem.acquire()
+                with stub._lock:
+                    stub.waiting -= 1
+                    stub.running += 1
+                try:
+                    if not req.get("stream"):
+                        text = " ".join(f"{stub.text}{i}" for i in range(max_tokens))
+                        for _ in range(max_tokens):
+                            stub._step()
+                        body = {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": "stub-model",
+                            "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                            "usage": {
+                                "prompt_tokens": 3,
+                                "completion_tokens": max_tokens,
+                                "total_tokens": max_tokens + 3,
+                            },
+                        }
+                        self._send(200, json.dumps(body).encode())
+                        return
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for i in range(max_tokens):
+                        stub._step()
+                        ev = {"choices": [{"index": 0, "text": f"{stub.text}{i} ", "finish_reason": None}]}
+                        self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
+                        self.wfile.flush()
+                    usage = {
+                        "prompt_tokens": 3,
+                        "completion_tokens": max_tokens,
+                        "total_tokens": max_tokens + 3,
+                    }
+                    self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
+                finally:
+                    with stub._lock:
+                        stub.running -= 1
+                    stub._sem.release()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _step(self) -> None:
+        time.sleep(self.slow * self.base_s * (1 + self.alpha * self.running))
+
+    def metrics(self) -> str:
+        share = self.running / self.slots
+        kv = share * (0.99 if self.limit == "kv" else 0.3)
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="stub-model"}} {float(self.running)}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="stub-model"}} {float(self.waiting)}\n'
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="stub-model"}} {kv}\n'
+            "# TYPE vllm:num_preemptions_total counter\n"
+            'vllm:num_preemptions_total{engine="0",model_name="stub-model"} 0.0\n'
+        )
+
+    def __enter__(self) -> BatchingStub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
