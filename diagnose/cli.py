@@ -379,6 +379,14 @@ def probe(
     compare: Annotated[
         str | None, typer.Option("--compare", help="A saved sweep: report regressions against it.")
     ] = None,
+    long: Annotated[
+        int | None,
+        typer.Option(
+            "--long",
+            help="Also send one prompt of about N tokens (0: close to the server's max_model_len).",
+            show_default=False,
+        ),
+    ] = None,
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -409,6 +417,7 @@ def probe(
     _at_least("--tolerance", tolerance, 0)
     levels = _levels(sweep) if sweep is not None else None
     _at_least("--per-level", per_level, 1)
+    _at_least("--long", long, 0)
     _at_least("--max-requests", max_requests, 1)
     _at_least("--sweep-time", sweep_time, 1)
     if compare and not levels:
@@ -429,6 +438,21 @@ def probe(
         api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
         headers=headers,
     )
+    if long is not None and res.ok:
+        from .probe import long_request
+
+        sent = dict(headers)
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if key:
+            sent["Authorization"] = f"Bearer {key}"
+        long_request(
+            res.url,
+            res,
+            long or None,
+            chat,
+            Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
+            sent,
+        )
     if levels:
         raise typer.Exit(
             _run_sweep(

@@ -53,6 +53,8 @@ class ProbeResult:
     tokens_per_s: float | None = None
     cause: Cause | None = None
     notes: list[str] = field(default_factory=list)
+    max_model_len: int | None = None  # as GET /v1/models reports it (vLLM, SGLang)
+    long_prompt: dict[str, Any] | None = None  # --long: tokens sent, accepted, TTFT
 
     @property
     def ok(self) -> bool:
@@ -80,6 +82,8 @@ class ProbeResult:
             "tokens_per_s": _r(self.tokens_per_s),
             "cause": self.cause.to_json() if self.cause else None,
             "notes": self.notes,
+            "max_model_len": self.max_model_len,
+            "long_prompt": self.long_prompt,
         }
 
 
@@ -254,12 +258,16 @@ def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
         res.check("auth", False, r.status_code, "GET /v1/models was refused")
         _error_cause(res, r.status_code, _json_or_none(r), r.text)
         return False
+    try:
+        entries = [m for m in r.json().get("data", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        entries = []
+    models = [m.get("id") for m in entries]
+    chosen = next((m for m in entries if m.get("id") == res.model), entries[0] if entries else {})
+    if isinstance(chosen.get("max_model_len"), int):
+        res.max_model_len = chosen["max_model_len"]
     if res.model:
         return True
-    try:
-        models = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
-        models = []
     if r.status_code == 200 and models:
         res.model = models[0]
         if len(models) > 1:
@@ -337,6 +345,19 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
         and usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"]
     )
     res.check("usage", adds_up, usage, "" if adds_up else "prompt + completion tokens must equal total")
+    if res.ok and res.text:
+        completion = usage.get("completion_tokens") if usage else None
+        odd = degenerate(res.text, res.finish_reason, completion, max_tokens)
+        res.check("output", odd is None, None, odd or "no repetition loop, not cut short")
+        if odd is not None:
+            res.fail(
+                "service",
+                f"the output looks degenerate: {odd}",
+                "a silent engine/kernel mismatch shows first as repetition or cut text: the attention backend, "
+                "a quantization kernel, the dtype, or an engine upgrade (compare with the previous version)",
+                "check the chat template and generation_config (repetition_penalty, stop tokens)",
+            )
+            return False
     if not res.ok:
         res.fail(
             "service",
@@ -345,6 +366,120 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
             "(try --chat, or check the model's generation_config)",
         )
     return False
+
+
+def _longest_run(units: list[str], n: int, off: int) -> int:
+    """The most times one n-unit phrase follows itself, reading from `off` in steps of n."""
+    run = best = 1
+    for i in range(off + n, len(units) - n + 1, n):
+        run = run + 1 if units[i : i + n] == units[i - n : i] else 1
+        best = max(best, run)
+    return best
+
+
+def degenerate(text: str, finish_reason: str | None, completion: int | None, max_tokens: int) -> str | None:
+    """Why an answer looks broken, or None: one phrase repeated over most of it (a loop may
+    start after a sane beginning), or a stop for `length` far below the max_tokens asked for
+    (a limit of the engine's own cut it)."""
+    words = text.split()
+    units = words if len(words) >= 8 else [c for c in text if not c.isspace()]  # CJK: characters
+    if len(units) >= 12:
+        for n in range(1, 9):
+            best = max(_longest_run(units, n, off) for off in range(n))
+            if best >= 4 and best * n >= 0.6 * len(units):
+                what = f"phrase of {n} {'words' if units is words else 'characters'}" if n > 1 else "token"
+                return f"the same {what} repeated {best} times"
+    if finish_reason == "length" and completion is not None and completion < max_tokens / 2:
+        return f"finish_reason 'length' after {completion} of {max_tokens} tokens: a limit below max_tokens cut it"
+    return None
+
+
+LONG_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "and"]
+
+
+def long_request(
+    url: str,
+    res: ProbeResult,
+    tokens: int | None,
+    chat: bool,
+    t: Timeouts,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """One prompt of about `tokens` tokens (default: close to max_model_len): accepted, and TTFT."""
+    want = tokens or (res.max_model_len - 64 if res.max_model_len and res.max_model_len > 128 else None)
+    if want is None:
+        res.check("long prompt", False, None, "the server does not report max_model_len: give --long N")
+        res.fail("service", "no length to try", "give the prompt length: --long 30000")
+        return
+    # common words of one token each in the usual BPE vocabularies; the usage line says the truth
+    prompt = " ".join(LONG_WORDS[i % len(LONG_WORDS)] for i in range(want))
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    timeout = httpx.Timeout(connect=t.connect, read=t.first_byte, write=max(t.connect, 60.0), pool=t.connect)
+    start = time.monotonic()
+    first: float | None = None
+    sent_tokens: int | None = None
+    try:
+        with (
+            httpx.Client(timeout=timeout, trust_env=False, headers=headers or {}) as client,
+            client.stream("POST", url + path, json=_payload(res.model, prompt, 4, chat, True)) as r,
+        ):
+            if r.status_code != 200:
+                text = r.read().decode("utf-8", "replace")
+                res.long_prompt = {
+                    "tokens": want,
+                    "accepted": False,
+                    "status": r.status_code,
+                    "ttft_ms": None,
+                }
+                res.check("long prompt", False, r.status_code, f"about {want} tokens refused: {text[:160]}")
+                _error_cause(res, r.status_code, None, text)
+                if res.cause is not None and res.max_model_len:
+                    res.cause.advice.append(
+                        f"the server reports max_model_len {res.max_model_len}: a context that fits at start "
+                        "must also fit a real prompt plus max_tokens"
+                    )
+                return
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    continue
+                if isinstance(event.get("usage"), dict):
+                    sent_tokens = event["usage"].get("prompt_tokens")
+                if first is None and any(_choice_text(ch, chat) for ch in event.get("choices") or []):
+                    first = time.monotonic()
+    except httpx.TimeoutException:
+        res.long_prompt = {"tokens": want, "accepted": False, "status": None, "ttft_ms": None}
+        res.check("long prompt", False, None, f"no token within {t.first_byte:.0f} s for about {want} tokens")
+        res.fail(
+            "hang",
+            "a long prompt gets no answer in time",
+            "its prefill may exceed the server's memory or time: lower max_num_batched_tokens "
+            "(chunked prefill) or max_model_len",
+        )
+        return
+    except httpx.HTTPError as e:
+        res.long_prompt = {"tokens": want, "accepted": False, "status": None, "ttft_ms": None}
+        res.check("long prompt", False, None, f"{type(e).__name__}: {e}")
+        res.fail(
+            "service",
+            "the connection broke on a long prompt",
+            "diagnose scan the server log: an OOM in prefill?",
+        )
+        return
+    ttft = None if first is None else round(1000 * (first - start), 1)
+    res.long_prompt = {"tokens": sent_tokens or want, "accepted": True, "status": 200, "ttft_ms": ttft}
+    res.check(
+        "long prompt",
+        first is not None,
+        ttft,
+        f"about {sent_tokens or want} tokens accepted; ms to the first token",
+    )
 
 
 def _stream_request(

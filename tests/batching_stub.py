@@ -24,6 +24,9 @@ class BatchingStub:
         self.limit = limit
         self.slow = 1.0  # multiplies every delay: a regression after an "upgrade"
         self.text = "tok"  # the words it answers with: changes when the "kernels" change
+        self.repeat = False  # answer one word again and again (a broken kernel's loop)
+        self.max_model_len = 4096  # a prompt longer than this (one token a word) is refused, as vLLM does
+        self.last_prompt_tokens = 0
         self.running = 0
         self.waiting = 0
         self.requests = 0
@@ -48,7 +51,7 @@ class BatchingStub:
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
                     self._send(
-                        200, json.dumps({"data": [{"id": "stub-model", "max_model_len": 4096}]}).encode()
+                        200, json.dumps({"data": [{"id": "stub-model", "max_model_len": stub.max_model_len}]}).encode()
                     )
                 elif self.path == "/metrics":
                     self._send(200, stub.metrics().encode(), "text/plain; version=0.0.4")
@@ -59,6 +62,23 @@ class BatchingStub:
                 n = int(self.headers.get("Content-Length") or 0)
                 req = json.loads(self.rfile.read(n) or b"{}")
                 max_tokens = int(req.get("max_tokens") or 16)
+                prompt_tokens = len(str(req.get("prompt") or req.get("messages") or "").split())
+                stub.last_prompt_tokens = prompt_tokens
+                if prompt_tokens + max_tokens > stub.max_model_len:
+                    msg = (
+                        f"This model's maximum context length is {stub.max_model_len} tokens. However, you "
+                        f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                        f"{max_tokens} in the completion). Please reduce the length of the messages or completion."
+                    )
+                    err = {
+                        "object": "error",
+                        "message": msg,
+                        "type": "BadRequestError",
+                        "param": None,
+                        "code": 400,
+                    }
+                    self._send(400, json.dumps(err).encode())
+                    return
                 with stub._lock:
                     stub.requests += 1
                     stub.waiting += 1
@@ -68,7 +88,7 @@ class BatchingStub:
                     stub.running += 1
                 try:
                     if not req.get("stream"):
-                        text = " ".join(f"{stub.text}{i}" for i in range(max_tokens))
+                        text = " ".join(stub.word(i) for i in range(max_tokens))
                         for _ in range(max_tokens):
                             stub._step()
                         body = {
@@ -90,7 +110,7 @@ class BatchingStub:
                     self.end_headers()
                     for i in range(max_tokens):
                         stub._step()
-                        ev = {"choices": [{"index": 0, "text": f"{stub.text}{i} ", "finish_reason": None}]}
+                        ev = {"choices": [{"index": 0, "text": f"{stub.word(i)} ", "finish_reason": None}]}
                         self.wfile.write(f"data: {json.dumps(ev)}\n\n".encode())
                         self.wfile.flush()
                     usage = {
@@ -111,6 +131,9 @@ class BatchingStub:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def word(self, i: int) -> str:
+        return self.text if self.repeat else f"{self.text}{i}"
 
     def _step(self) -> None:
         time.sleep(self.slow * self.base_s * (1 + self.alpha * self.running))

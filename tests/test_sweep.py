@@ -147,3 +147,65 @@ def test_cli_sweep_usage_errors():  # type: ignore[no-untyped-def]
     for args in (("--sweep", "4,2"), ("--sweep", "a,b"), ("--sweep", "0,1"), ("--compare", "x.json")):
         r = _cli("probe", "http://127.0.0.1:9", *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, args
+
+
+# --- probe --long and degenerate output (guide 003's after-startup checks) -----------------------
+
+
+def test_long_prompt_close_to_max_model_len_is_accepted_with_its_ttft():  # type: ignore[no-untyped-def]
+    with BatchingStub(slots=2) as stub:
+        stub.max_model_len = 2048
+        r = _cli("probe", stub.url, "--long", "0", "--json")
+        sent = stub.last_prompt_tokens
+    out = json.loads(r.stdout)
+    assert r.returncode == 0, r.stdout
+    assert out["max_model_len"] == 2048
+    assert out["long_prompt"]["accepted"] is True and out["long_prompt"]["ttft_ms"] is not None
+    assert 2048 - 128 <= sent <= 2048 - 4  # close to the limit, room for the answer
+
+
+def test_a_long_prompt_the_context_refuses_is_a_request_cause():  # type: ignore[no-untyped-def]
+    with BatchingStub(slots=2) as stub:
+        r = _cli("probe", stub.url, "--long", "6000", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1
+    assert out["long_prompt"] == {"tokens": 6000, "accepted": False, "status": 400, "ttft_ms": None}
+    assert out["cause"]["class"] == "request"
+    assert any("max_model_len 4096" in a for a in out["cause"]["advice"])
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "completion", "max_tokens", "want"),
+    [
+        ("The capital of France is Paris, known for the Eiffel Tower and its museums.", "stop", 16, 64, None),
+        ("Sure! " + "the " * 14, "length", 16, 16, "the same token repeated 14 times"),
+        (
+            "Hello there: " + "I am a model. " * 6,
+            "length",
+            24,
+            24,
+            "the same phrase of 4 words repeated 6 times",
+        ),
+        ("你好！" + "我" * 13, "length", 16, 16, "the same token repeated 13 times"),
+        ("你好！有什么可以帮你的吗？", "length", 16, 16, None),
+        ("你好！有什么可以帮你的吗？", "length", 3, 16, "finish_reason 'length' after 3 of 16 tokens"),
+    ],
+)
+def test_degenerate_output(text, finish, completion, max_tokens, want):  # type: ignore[no-untyped-def]
+    from diagnose.probe import degenerate
+
+    got = degenerate(text, finish, completion, max_tokens)
+    assert (got is None) if want is None else (got is not None and got.startswith(want)), got
+
+
+def test_probe_flags_a_server_that_answers_in_a_loop():  # type: ignore[no-untyped-def]
+    with BatchingStub(slots=2) as stub:
+        stub.text = "loop"  # "loop0 loop1 …": distinct words, not a loop
+        ok = _cli("probe", stub.url, "--max-tokens", "16", "--json")
+        stub.repeat = True
+        bad = _cli("probe", stub.url, "--max-tokens", "16", "--json")
+    assert ok.returncode == 0, ok.stdout
+    out = json.loads(bad.stdout)
+    assert bad.returncode == 1
+    assert any(c["name"] == "output" and not c["ok"] for c in out["checks"])
+    assert "degenerate" in out["cause"]["title"]
