@@ -441,17 +441,13 @@ def probe(
     if long is not None and res.ok:
         from .probe import long_request
 
-        sent = dict(headers)
-        key = api_key or os.environ.get("OPENAI_API_KEY")
-        if key:
-            sent["Authorization"] = f"Bearer {key}"
         long_request(
             res.url,
             res,
             long or None,
             chat,
             Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-            sent,
+            _auth_headers(headers, api_key),
         )
     if levels:
         raise typer.Exit(
@@ -514,6 +510,15 @@ def probe(
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
 
 
+def _auth_headers(headers: dict[str, str], api_key: str | None) -> dict[str, str]:
+    """The extra headers, with the API key (or $OPENAI_API_KEY) as a bearer token."""
+    sent = dict(headers)
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    if key:
+        sent["Authorization"] = f"Bearer {key}"
+    return sent
+
+
 def _levels(text: str) -> list[int]:
     try:
         levels = [int(x) for x in text.split(",") if x.strip()]
@@ -550,10 +555,7 @@ def _run_sweep(
 
     from .sweep import Sweep, compare_sweep, run_sweep, save_sweep
 
-    sent = dict(headers)
-    key = api_key or os.environ.get("OPENAI_API_KEY")
-    if key:
-        sent["Authorization"] = f"Bearer {key}"
+    sent = _auth_headers(headers, api_key)
     result = Sweep()
     if res.ok:
         progress_cm: Any = None

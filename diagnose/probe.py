@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,6 +369,25 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
     return False
 
 
+def sse_events(r: Any) -> Iterator[tuple[float, dict[str, Any] | None]]:
+    """(arrival time, event) for each `data:` event of a server-sent stream; the event is None
+    for `[DONE]`, the last one. Lines that are not JSON are skipped, as clients do."""
+    for line in r.iter_lines():
+        now = time.monotonic()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            yield now, None
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield now, event
+
+
 def _longest_run(units: list[str], n: int, off: int) -> int:
     """The most times one n-unit phrase follows itself, reading from `off` in steps of n."""
     run = best = 1
@@ -439,20 +459,13 @@ def long_request(
                         "must also fit a real prompt plus max_tokens"
                     )
                 return
-            for line in r.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for now, event in sse_events(r):
+                if event is None:
                     break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    continue
                 if isinstance(event.get("usage"), dict):
                     sent_tokens = event["usage"].get("prompt_tokens")
                 if first is None and any(_choice_text(ch, chat) for ch in event.get("choices") or []):
-                    first = time.monotonic()
+                    first = now
     except httpx.TimeoutException:
         res.long_prompt = {"tokens": want, "accepted": False, "status": None, "ttft_ms": None}
         res.check("long prompt", False, None, f"no token within {t.first_byte:.0f} s for about {want} tokens")
@@ -501,18 +514,10 @@ def _stream_request(
                 res.check("stream status", False, r.status_code)
                 _error_cause(res, r.status_code, None, r.read().decode("utf-8", "replace"))
                 return
-            for line in r.iter_lines():
-                now = time.monotonic()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for now, event in sse_events(r):
+                if event is None:
                     done = True
                     break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    continue
                 if isinstance(event.get("usage"), dict):
                     usage = event["usage"]
                 for ch in event.get("choices") or []:

@@ -25,7 +25,7 @@ import httpx
 
 from .atomic import atomic_write
 from .errors import InputError
-from .probe import Timeouts, _choice_text, _payload
+from .probe import Timeouts, _choice_text, _payload, sse_events
 
 GROWTH = 1.10  # a step that adds less than 10 % throughput did not pay
 LATENCY_CLIMB = 1.25  # …while p99 latency rose by a quarter: past the knee
@@ -187,24 +187,17 @@ def _one_request(
             if r.status_code != 200:
                 r.read()
                 return None
-            for line in r.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            for now, event in sse_events(r):
+                if event is None:
                     done = True
                     break
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    continue
                 if isinstance(event.get("usage"), dict):
                     usage = event["usage"]
                 for ch in event.get("choices") or []:
                     text = _choice_text(ch, chat)
                     if text:
                         if first is None:
-                            first = time.monotonic()
+                            first = now
                         pieces.append(text)
     except httpx.HTTPError:
         return None
