@@ -51,7 +51,10 @@ class BatchingStub:
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
                     self._send(
-                        200, json.dumps({"data": [{"id": "stub-model", "max_model_len": stub.max_model_len}]}).encode()
+                        200,
+                        json.dumps(
+                            {"data": [{"id": "stub-model", "max_model_len": stub.max_model_len}]}
+                        ).encode(),
                     )
                 elif self.path == "/metrics":
                     self._send(200, stub.metrics().encode(), "text/plain; version=0.0.4")
