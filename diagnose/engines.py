@@ -125,18 +125,24 @@ class SeriesMarker:
         return out
 
 
+def _needles_of(raw: Any, path: str, label: str, allowed: set[str]) -> list[str]:
+    """A marker's mapping checked for unknown keys, and its needles."""
+    if not isinstance(raw, dict):
+        raise RuleError(path, label, None, "must be a mapping")
+    for k in raw:
+        if k not in allowed:
+            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    needles = raw.get("needles")
+    if not (isinstance(needles, list) and needles and all(isinstance(n, str) and n for n in needles)):
+        raise RuleError(path, label, "needles", "must be a non-empty list of strings")
+    return needles
+
+
 def _marker(
     raw: Any, path: str, engine: str, what: str, i: int, trusted: bool = False, shipped: bool = False
 ) -> Marker:
     label = f"{engine}.{what}[{i}]"
-    if not isinstance(raw, dict):
-        raise RuleError(path, label, None, "must be a mapping")
-    for k in raw:
-        if k not in MARKER_KEYS:
-            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(MARKER_KEYS))})")
-    needles = raw.get("needles")
-    if not (isinstance(needles, list) and needles and all(isinstance(n, str) and n for n in needles)):
-        raise RuleError(path, label, "needles", "must be a non-empty list of strings")
+    needles = _needles_of(raw, path, label, MARKER_KEYS)
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(path, label, "pattern", "missing")
@@ -307,14 +313,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
 
 def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, shipped: bool) -> SeriesMarker:
     label = f"{engine}.series[{i}]"
-    if not isinstance(raw, dict):
-        raise RuleError(path, label, None, "must be a mapping")
-    for k in raw:
-        if k not in SERIES_KEYS:
-            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(SERIES_KEYS))})")
-    needles = raw.get("needles")
-    if not (isinstance(needles, list) and needles and all(isinstance(n, str) and n for n in needles)):
-        raise RuleError(path, label, "needles", "must be a non-empty list of strings")
+    needles = _needles_of(raw, path, label, SERIES_KEYS)
     fields = raw.get("fields")
     if not (isinstance(fields, dict) and fields):
         raise RuleError(path, label, "fields", "must map a field to a pattern with one group")

@@ -578,17 +578,26 @@ def save_baseline(res: ProbeResult, path: str) -> None:
         "tokens_per_s": _r(res.tokens_per_s),
         "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    write_baseline(path, data)
+
+
+def write_baseline(path: str, data: dict[str, Any]) -> None:
+    """A baseline file, written atomically (a probe's or a sweep's)."""
     try:
-        atomic_write(path, json.dumps(data, indent=2) + "\n")
+        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     except OSError as e:
         raise InputError(f"{path}: cannot write the baseline: {e.strerror or e}") from None
 
 
-def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:
+def read_baseline(path: str) -> Any:
     try:
-        base = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read the baseline: {e}") from None
+
+
+def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:
+    base = read_baseline(path)
     if not isinstance(base, dict):
         raise InputError(f"{path}: not a baseline file (expected a JSON object)")
     for key, worse_if_higher in (("ttft_ms", True), ("total_ms", True), ("tokens_per_s", False)):

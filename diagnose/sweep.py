@@ -13,19 +13,16 @@ at the same size with KV to spare → `scheduler`; the batch growing but each to
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from .atomic import atomic_write
 from .errors import InputError
-from .probe import Timeouts, _choice_text, _payload, sse_events
+from .probe import Timeouts, _choice_text, _payload, read_baseline, sse_events, write_baseline
 
 GROWTH = 1.10  # a step that adds less than 10 % throughput did not pay
 LATENCY_CLIMB = 1.25  # …while p99 latency rose by a quarter: past the knee
@@ -355,18 +352,12 @@ NEXT = {
 def save_sweep(sweep: Sweep, path: str, url: str, model: str | None) -> None:
     data = {"kind": "sweep", "url": url, "model": model, "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
     data.update(sweep.to_json())
-    try:
-        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the baseline: {e.strerror or e}") from None
+    write_baseline(path, data)
 
 
 def compare_sweep(sweep: Sweep, path: str, tolerance: float) -> None:
     """Regressions against a saved sweep, step by step at the same concurrency."""
-    try:
-        base = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the baseline: {e}") from None
+    base = read_baseline(path)
     if not (isinstance(base, dict) and base.get("kind") == "sweep" and isinstance(base.get("steps"), list)):
         raise InputError(f"{path}: not a sweep baseline (save one with --sweep … --save-baseline)")
     old_steps = {s.get("concurrency"): s for s in base["steps"] if isinstance(s, dict)}
