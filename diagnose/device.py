@@ -114,7 +114,14 @@ class DeviceSnapshot:
             return "0 GPUs visible"
         names = Counter(g.name for g in self.gpus)
         model = " + ".join(f"{n} ×{c}" if c > 1 else n for n, c in names.items())
-        totals = sorted({g.total_gib for g in self.gpus if g.total_gib is not None})
+        # one model's cards report a few MiB apart: its smallest total speaks for the group
+        totals = sorted(
+            {
+                min(t)
+                for t in ([g.total_gib for g in m if g.total_gib is not None] for m in self.model_groups())
+                if t
+            }
+        )
         if len(totals) == 1:
             mem = f"{totals[0]:.1f} GiB each" if self.count > 1 else f"{totals[0]:.1f} GiB"
         elif totals:
@@ -157,16 +164,14 @@ class DeviceSnapshot:
                 for d in sorted(drivers)
             )
             out.append(Warning_("mixed_driver", f"drivers differ: {by}"))
-        names = {g.name for g in self.gpus}
-        totals = {g.memory_total_mib for g in self.gpus if g.memory_total_mib is not None}
-        if len(names) > 1 or len(totals) > 1:
+        groups = self.model_groups()
+        if len(groups) > 1:
             out.append(
                 Warning_(
                     "mixed_model",
                     "GPUs differ ("
-                    + ", ".join(f"{g.index}: {g.name} {g.total_gib} GiB" for g in self.gpus)
-                    + "): tensor parallelism runs at the "
-                    "pace and memory of the smallest",
+                    + "; ".join(_group_text(members) for members in groups)
+                    + "): tensor parallelism runs at the pace and memory of the smallest",
                 )
             )
         if parallel_size is not None and parallel_size > self.count:
@@ -178,6 +183,26 @@ class DeviceSnapshot:
                 )
             )
         return out
+
+    def model_groups(self) -> list[list[Any]]:
+        """GPUs grouped by model: one name, and totals within 1 % of each other (cards of one
+        model report a few MiB apart: 32,764 and 32,768 MiB are the same V100)."""
+        groups: list[list[Any]] = []
+        for g in self.gpus:
+            for members in groups:
+                ref = members[0]
+                same_total = (
+                    g.memory_total_mib is None
+                    or ref.memory_total_mib is None
+                    or abs(g.memory_total_mib - ref.memory_total_mib)
+                    <= 0.01 * max(g.memory_total_mib, ref.memory_total_mib)
+                )
+                if g.name == ref.name and same_total:
+                    members.append(g)
+                    break
+            else:
+                groups.append([g])
+        return groups
 
     def to_json(self, parallel_size: int | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -607,3 +632,9 @@ def attach_processes(snap: DeviceSnapshot, procs: list[GpuProcess]) -> None:
         g = by_bus.get((p.bus_id or "").lower().lstrip("0"))
         if g is not None:
             g.processes.append(p)
+
+
+def _group_text(members: list[Any]) -> str:
+    totals = [g.total_gib for g in members if g.total_gib is not None]
+    size = f" {min(totals):.1f} GiB" if totals else ""
+    return f"GPU {','.join(str(g.index) for g in members)}: {members[0].name}{size}"

@@ -211,3 +211,25 @@ def test_device_runs_nvidia_smi_when_on_path(cli, tmp_path):
         [*cli, "device"], capture_output=True, env=env, cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL
     )
     assert p.returncode == 2 and b"nvidia-smi is not on PATH" in p.stderr and b"--query-gpu" in p.stderr
+
+
+V100_ROWS = [
+    (i, "Tesla V100-SXM2-32GB", 32764 if i == 3 else 32768) for i in range(8)
+]  # real V100s differ by a few MiB
+
+
+def _csv(rows: list[tuple[int, str, int]]) -> str:
+    head = "index, name, memory.total [MiB], memory.used [MiB], driver_version\n"
+    return head + "".join(f"{i}, {n}, {t} MiB, 0 MiB, 535.183.01\n" for i, n, t in rows)
+
+
+def test_cards_of_one_model_a_few_mib_apart_are_not_mixed():  # type: ignore[no-untyped-def]
+    snap = parse_nvidia_smi(_csv(V100_ROWS))
+    assert not [w for w in snap.warnings() if w.kind == "mixed_model"]
+    assert "Tesla V100-SXM2-32GB ×8, 32.0 GiB each" in snap.summary()
+
+
+def test_mixed_model_names_only_the_groups_that_differ():  # type: ignore[no-untyped-def]
+    rows = [*V100_ROWS[:7], (7, "Tesla V100-SXM2-16GB", 16160)]
+    (w,) = [w for w in parse_nvidia_smi(_csv(rows)).warnings() if w.kind == "mixed_model"]
+    assert "GPU 0,1,2,3,4,5,6: Tesla V100-SXM2-32GB 32.0 GiB; GPU 7: Tesla V100-SXM2-16GB 15.8 GiB" in w.text
