@@ -418,6 +418,7 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
     what_would: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    gpu_name: str | None = None  # when a snapshot names the GPUs: what their hardware supports
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -443,7 +444,8 @@ class Plan:
             "what_would_fit": self.what_would,
             "partial": self.shape.partial,
             "assumptions": self.assumptions,
-            "launch": launch_text(self),
+            # a launch only when it fits: anything else would be a command that cannot work
+            "launch": launch_text(self) if self.fits else None,
         }
 
 
@@ -469,12 +471,25 @@ def plan(
     max_num_batched_tokens: int | None = None,
     kv_dtype: str = "auto",
     engine: str = "vllm",
+    gpu_name: str | None = None,
 ) -> Plan:
     util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
     length = int(max_model_len or s.max_position or 4096)
     batched = max_num_batched_tokens or (8192 if gpu_total_gib >= 70 else 2048)
     base = Plan(
-        s, gpus, gpu_total_gib, used_gib, tp or 1, pp, util, length, max_num_seqs, batched, kv_dtype, engine
+        s,
+        gpus,
+        gpu_total_gib,
+        used_gib,
+        tp or 1,
+        pp,
+        util,
+        length,
+        max_num_seqs,
+        batched,
+        kv_dtype,
+        engine,
+        gpu_name=gpu_name,
     )
     candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
     chosen = base
@@ -491,9 +506,11 @@ def _what_would(p: Plan) -> list[str]:
     """When nothing fits: the nearest launches that would."""
     s = p.shape
     out: list[str] = []
-    if p.kv_tokens >= 1024 and p.weights_gib_per_gpu < p.gpu_total_gib * p.util:
-        out.append(f"a shorter context: --max-model-len {p.kv_tokens // 1024 * 1024} at tp={p.tp}")
-    if p.kv_dtype in ("auto", "") and not s.mla:
+    fp8 = fp8_supported(p.gpu_name)
+    shorter = min(p.kv_tokens // 1024 * 1024, p.max_model_len, s.max_position or p.max_model_len)
+    if 1024 <= shorter < p.max_model_len and _variant(p, max_model_len=shorter).fits:
+        out.append(f"a shorter context: --max-model-len {shorter} at tp={p.tp}")
+    if p.kv_dtype in ("auto", "") and not s.mla and fp8 is not False:
         q = _variant(p, kv_dtype="fp8")
         if q.fits:
             out.append(f"an fp8 KV cache (--kv-cache-dtype fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
@@ -501,7 +518,7 @@ def _what_would(p: Plan) -> list[str]:
     if s.quant is None:
         fitting = (
             q
-            for method in ("fp8", "int4")
+            for method in (("fp8", "int4") if fp8 is not False else ("int4",))
             for t in valid_tps
             if (q := _variant(p, shape=dataclasses.replace(s, quant=method), tp=t)).fits
         )
@@ -580,9 +597,23 @@ def _evaluate(p: Plan) -> Plan:
     return p
 
 
+# GPUs without FP8 (before Ampere: no FP8 kernels in the engines, not even weight-only Marlin)
+NO_FP8 = re.compile(
+    r"(?i)\b(?:T4|V100|P100|P40|P4|K80|M60|TITAN (?:RTX|V|Xp?)|Quadro RTX|RTX 20\d0|GTX)\b|RTX (?:4000|5000|6000|8000)(?! Ada)"
+)
+
+
+def fp8_supported(gpu_name: str | None) -> bool | None:
+    """False for GPUs known to lack FP8 support (Turing, Volta, Pascal…), None when unknown."""
+    if not gpu_name:
+        return None
+    return NO_FP8.search(gpu_name) is None
+
+
 def launch_text(p: Plan) -> str:
     s = p.shape
     fit_len = p.max_model_len if p.kv_tokens >= p.max_model_len else max(1024, p.kv_tokens // 1024 * 1024)
+    fit_len = min(fit_len, s.max_position or fit_len)
     if p.engine == "sglang":
         parts = [
             "python -m sglang.launch_server",

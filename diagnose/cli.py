@@ -826,6 +826,19 @@ def kb_import(
         print(f"{doc.get('id', '?')} → {iid}" + ("" if added else " (already there)"))
 
 
+def _gpu_name(spec: str | None) -> str | None:
+    """The smallest GPU's model name when --gpus is an nvidia-smi snapshot (what it supports)."""
+    from .budget import parse_gpus_spec
+    from .pipeline import load_snapshot
+
+    if spec is None or parse_gpus_spec(spec):
+        return None
+    snap, _ = load_snapshot(spec)
+    if snap is None or not snap.gpus:
+        return None
+    return min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name
+
+
 def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str]:
     """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others, summary)."""
     from .budget import parse_gpus_spec
@@ -892,7 +905,19 @@ def plan(
     shape = shape_from_config(load_config(config), quantization, dtype)
     count, total, used, summary = _gpus_from(gpus, tp)
     p = make_plan(
-        shape, count, total, used, tp, pp, util, max_model_len, max_num_seqs, None, kv_cache_dtype, engine
+        shape,
+        count,
+        total,
+        used,
+        tp,
+        pp,
+        util,
+        max_model_len,
+        max_num_seqs,
+        None,
+        kv_cache_dtype,
+        engine,
+        gpu_name=_gpu_name(gpus),
     )
     if json_out:
         print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
@@ -929,7 +954,16 @@ def plan(
     for a in p.assumptions + shape.partial:
         c.print(Text(f"  · {a}", style="dim"))
     c.print()
-    c.print(Text("  " + p.to_json()["launch"].replace("\n", "\n  "), style="bold"))
+    launch = p.to_json()["launch"]
+    if launch:
+        c.print(Text("  " + launch.replace("\n", "\n  "), style="bold"))
+    elif not p.what_would:
+        c.print(
+            Text(
+                "  nothing on these GPUs fits this model: more or larger GPUs, or a smaller model",
+                style="bold",
+            )
+        )
     raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
 
 
@@ -955,7 +989,7 @@ def check(
             "give the launch command after --, e.g. diagnose check -- vllm serve MODEL -tp 8"
         )
     count, total, used, summary = _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information")
-    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles)
+    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles, gpu_name=_gpu_name(gpus))
     if json_out:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:

@@ -95,6 +95,7 @@ def preflight(
     total_gib: float | None,
     used_gib: float,
     profiles: Profiles,
+    gpu_name: str | None = None,
 ) -> dict[str, Any]:
     engine, launch = parse_launch(cmd, profiles)
     problems: list[dict[str, Any]] = []
@@ -132,12 +133,40 @@ def preflight(
     if shape is not None and shape.partial:
         notes.extend(f"partial estimate: {p}" for p in shape.partial)
 
+    run_engine = "sglang" if engine == "sglang" else "vllm"
+
+    def plan_at(tp_size: int | None, gpu_count: int, model: Any = None) -> Any:
+        return plan(
+            model or shape,
+            gpu_count,
+            total_gib,
+            used_gib,
+            tp_size,
+            pp,
+            util,
+            launch.get("max_model_len"),
+            int(launch.get("max_num_seqs") or 256),
+            None,
+            str(launch.get("kv_cache_dtype") or "auto"),
+            run_engine,
+            gpu_name=gpu_name,
+        )
+
+    def weights_fit(to: int) -> bool:
+        """Whether the budget takes the weights at this parallel size (True when it cannot tell)."""
+        if shape is None or total_gib is None:
+            return True
+        q = plan_at(to, max(gpus or to * pp, to * pp))
+        return not any("weights need" in r for r in q.reasons)
+
     if gpus is not None and tp * pp > gpus:
         to = _valid_tp(shape.heads if shape else None, max(1, gpus // pp))
+        fits = weights_fit(to)
         problem(
             "tensor_parallel_size",
-            f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible",
-            to,
+            f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible"
+            + ("" if fits else f"; at {to} the weights do not fit either"),
+            to if fits else None,
             f"{gpus} GPUs are visible" + (f" and {to} divides the {shape.heads} heads" if shape else ""),
             tp,
         )
@@ -164,24 +193,6 @@ def preflight(
             launch["max_model_len"],
         )
     if shape is not None and total_gib is not None:
-        run_engine = "sglang" if engine == "sglang" else "vllm"
-
-        def plan_at(tp_size: int | None, gpu_count: int) -> Any:
-            return plan(
-                shape,
-                gpu_count,
-                total_gib,
-                used_gib,
-                tp_size,
-                pp,
-                util,
-                launch.get("max_model_len"),
-                int(launch.get("max_num_seqs") or 256),
-                None,
-                str(launch.get("kv_cache_dtype") or "auto"),
-                run_engine,
-            )
-
         p = plan_at(tp, max(gpus or tp * pp, tp * pp))
         budget = total_gib * util - used_gib
         if p.weights_gib_per_gpu > budget - p.activation_gib - p.overhead_gib:
@@ -196,12 +207,18 @@ def preflight(
                     tp,
                 )
             else:
+                quant, why = _fitting_quantization(shape, plan_at, gpus or tp * pp, gpu_name)
                 problem(
                     "quantization",
                     f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB "
-                    "are available, and no parallel size on these GPUs fits",
-                    "fp8",
-                    "fp8 halves bf16 weights (or add GPUs)",
+                    "are available, and no parallel size on these GPUs fits"
+                    + (
+                        ""
+                        if quant
+                        else "; no quantisation these GPUs run makes them fit: more or larger GPUs"
+                    ),
+                    quant,
+                    why,
                     launch.get("quantization"),
                 )
         elif p.kv_tokens < p.max_model_len:
@@ -229,6 +246,7 @@ def preflight(
         )
     elif gpus is None:
         notes.append("no GPU information: pass --gpus FILE (nvidia-smi output) or --gpus 2x80")
+    _check_port(launch, engine, profiles, problem)
     summary = " ".join(cmd)[:120]
     return {
         "ok": not problems,
@@ -247,3 +265,56 @@ def _valid_tp(heads: int | None, cap: int) -> int:
             p *= 2
         return p
     return max(d for d in range(1, max(1, cap) + 1) if heads % d == 0)
+
+
+def _fitting_quantization(
+    shape: Any, plan_at: Any, gpus: int, gpu_name: str | None
+) -> tuple[str | None, str]:
+    """The quantisation these GPUs run that makes the weights fit, if any (fp8 first)."""
+    import dataclasses
+
+    from .budget import fp8_supported
+
+    methods = ("fp8", "awq") if fp8_supported(gpu_name) is not False else ("awq",)
+    for method in methods:
+        r = plan_at(None, gpus, dataclasses.replace(shape, quant="int4" if method == "awq" else method))
+        if not any("weights need" in x for x in r.reasons):
+            what = (
+                "fp8 halves bf16 weights"
+                if method == "fp8"
+                else "an int4 (AWQ/GPTQ) checkpoint quarters them"
+            )
+            return method, f"{what}: {r.weights_gib_per_gpu:.1f} GiB per GPU at tp={r.tp}"
+    return None, "no quantisation fits: more GPUs or GPUs with more memory"
+
+
+def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem: Any) -> None:
+    """The port the server would bind, taken on this host already (and by whom)."""
+    from .hostports import free_port, port_holder
+
+    port = launch.get("port") or profiles.get(engine).defaults.get("port")
+    try:
+        port = int(port) if port is not None else None
+    except (TypeError, ValueError):
+        return
+    if port is None or not 0 < port < 65536:
+        return
+    host = str(launch.get("host") or "0.0.0.0")
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0" if host in ("", "::") else host, port))
+            return
+        except OSError:
+            pass
+    who = port_holder(port)
+    held = f" by pid {who[0]} ({who[1][:60]})" if who else ""
+    to = free_port(port + 1)
+    problem(
+        "port",
+        f"port {port} is already taken on this host{held}",
+        to,
+        "a port this host can bind now",
+        port,
+    )

@@ -1,0 +1,117 @@
+"""plan and check never print a launch or a change that their own budget rejects (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import pytest
+
+from diagnose.budget import fp8_supported
+
+from .conftest import REFERENCE, run
+
+CONFIGS = REFERENCE / "configs"
+SMI = REFERENCE / "nvidia-smi"
+DIAGNOSE = [sys.executable, "-m", "diagnose"]
+
+pytestmark = pytest.mark.skipif(not CONFIGS.is_dir(), reason="../shared/reference is not here")
+
+
+def _json(args: list[str]) -> dict:  # type: ignore[type-arg]
+    r = run([*DIAGNOSE, args[0], "--json", *args[1:]])
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_plan_that_does_not_fit_prints_no_launch():  # type: ignore[no-untyped-def]
+    doc = _json(["plan", "--config", str(CONFIGS / "deepseek-ai-DeepSeek-R1.json"), "--gpus", "8x80"])
+    assert doc["fits"] is False and doc["launch"] is None
+    assert any("more GPUs" in w for w in doc["what_would_fit"])
+    text = run(
+        [*DIAGNOSE, "plan", "--config", str(CONFIGS / "deepseek-ai-DeepSeek-R1.json"), "--gpus", "8x80"]
+    )
+    assert b"vllm serve" not in text.stdout
+
+
+def test_a_shorter_context_is_never_above_the_models_limit():  # type: ignore[no-untyped-def]
+    cfg = str(CONFIGS / "meta-llama-Meta-Llama-3-70B.json")  # max_position_embeddings 8192
+    doc = _json(["plan", "--config", cfg, "--gpus", "8x80", "--max-model-len", "32768"])
+    assert doc["fits"] is False and doc["launch"] is None
+    assert "a shorter context: --max-model-len 8192 at tp=8" in doc["what_would_fit"]
+    fitting = _json(["plan", "--config", cfg, "--gpus", "8x80"])
+    assert fitting["fits"] and "--max-model-len 8192" in fitting["launch"]
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("Quadro RTX 4000", False),
+        ("Tesla T4", False),
+        ("Tesla V100-SXM2-32GB", False),
+        ("NVIDIA GeForce RTX 2080 Ti", False),
+        ("NVIDIA RTX A6000", True),  # Ampere: FP8 weight-only (Marlin)
+        ("NVIDIA H200", True),
+        ("NVIDIA L4", True),
+        ("NVIDIA RTX 6000 Ada Generation", True),
+        (None, None),
+    ],
+)
+def test_fp8_support_by_gpu_name(name, ok):  # type: ignore[no-untyped-def]
+    assert fp8_supported(name) is ok
+
+
+def test_check_never_proposes_fp8_on_turing_nor_a_change_that_does_not_fit():  # type: ignore[no-untyped-def]
+    doc = _json(
+        [
+            "check",
+            "--gpus",
+            str(SMI / "05-quadro-rtx4000-csv-busy.txt"),
+            "--config",
+            str(CONFIGS / "Qwen-Qwen2.5-14B.json"),
+            "--",
+            "vllm",
+            "serve",
+            "Qwen/Qwen2.5-14B",
+            "--port",
+            "0",
+        ]
+    )
+    quant = [p for p in doc["problems"] if p["param"] == "quantization"]
+    assert quant and quant[0]["change"] is None  # 27.5 GiB on an 8 GiB Turing card: nothing it runs fits
+    assert "no quantisation these GPUs run" in quant[0]["text"]
+
+
+def test_check_does_not_propose_a_parallel_size_whose_weights_do_not_fit():  # type: ignore[no-untyped-def]
+    doc = _json(
+        [
+            "check",
+            "--gpus",
+            "2x24",
+            "--config",
+            str(CONFIGS / "Qwen-Qwen2.5-72B.json"),
+            "--",
+            "vllm",
+            "serve",
+            "Qwen/Qwen2.5-72B",
+            "--tensor-parallel-size",
+            "4",
+            "--port",
+            "0",
+        ]
+    )
+    tps = [p for p in doc["problems"] if p["param"] == "tensor_parallel_size"]
+    assert tps and all(p["change"] is None for p in tps)
+    assert "the weights do not fit either" in tps[0]["text"]
+
+
+def test_check_notices_a_port_already_taken():  # type: ignore[no-untyped-def]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        doc = _json(["check", "--", "vllm", "serve", "Qwen/Qwen2.5-7B", "--port", str(port)])
+    (p,) = [p for p in doc["problems"] if p["param"] == "port"]
+    assert f"port {port} is already taken" in p["text"]
+    assert p["change"]["flag"] == "--port" and int(p["change"]["to"]) != port
