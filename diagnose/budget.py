@@ -384,6 +384,30 @@ def weight_bytes(s: ModelShape) -> float:
     return s.params_quantizable * per + s.params_kept * s.dtype_bytes
 
 
+def stage_layers(layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage as vLLM splits them (`get_pp_indices`): an even share, the
+    remainder given to the stages before the last (which holds lm_head)."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i if i <= pp else -1] += 1
+    return parts
+
+
+def stage_weight_bytes(s: ModelShape, pp: int) -> list[float]:
+    """Weight bytes of each pipeline stage: its layers, the embeddings on the first, lm_head on
+    the last (held there even when tied). pp=1 is weight_bytes."""
+    total = weight_bytes(s)
+    if pp <= 1:
+        return [total]
+    emb = s.vocab * s.hidden * s.dtype_bytes
+    body = total - emb - (0 if s.tied else emb)
+    per_layer = body / max(1, s.layers)
+    out = [n * per_layer for n in stage_layers(s.layers, pp)]
+    out[0] += emb
+    out[-1] += emb
+    return out
+
+
 def kv_bytes_per_token(s: ModelShape, kv_dtype: str = "auto", tp: int = 1) -> float:
     """KV bytes one token costs: per GPU at this tensor-parallel size (tp=1: the whole model)."""
     b = s.dtype_bytes if kv_dtype in ("auto", "", None) else DTYPE_BYTES.get(kv_dtype.split("_")[0], 1)
@@ -545,7 +569,8 @@ def _evaluate(p: Plan) -> Plan:
     kv_dtype, engine = p.kv_dtype, p.engine
     p.reasons, p.assumptions, p.what_would = [], [], []
     shards = tp * pp
-    p.weights_gib_per_gpu = weight_bytes(s) / shards / GIB
+    stages = stage_weight_bytes(s, pp)
+    p.weights_gib_per_gpu = max(stages) / tp / GIB  # the heaviest pipeline stage must fit
     p.activation_gib = activation_gib(s, batched, seqs, tp) if engine != "sglang" else 0.0
     p.overhead_gib = 0.75 + (
         0.5 if shards > 1 else 0.0
@@ -564,7 +589,19 @@ def _evaluate(p: Plan) -> Plan:
         )
     p.kv_gib_per_gpu = budget - p.weights_gib_per_gpu
     per_tok = kv_bytes_per_token(s, kv_dtype, tp) / pp
-    p.kv_tokens = max(0, int(p.kv_gib_per_gpu * GIB / per_tok)) if per_tok else 0
+    # each stage caches its own layers: the one with the least room per token decides
+    per_layer = kv_bytes_per_token(s, kv_dtype, tp) / max(1, s.layers)
+    p.kv_tokens = (
+        max(
+            0,
+            min(
+                int((budget * GIB - w / tp) / (per_layer * max(1, n)))
+                for w, n in zip(stages, stage_layers(s.layers, pp), strict=True)
+            ),
+        )
+        if per_layer
+        else 0
+    )
     window = s.window or length
     full = s.attn_layers - s.window_layers
     eff = (full * length + s.window_layers * min(window, length)) / max(
@@ -581,6 +618,8 @@ def _evaluate(p: Plan) -> Plan:
     ]
     if s.heads % tp:
         p.reasons.append(f"{s.heads} attention heads are not divisible by tensor_parallel_size {tp}")
+    if pp > s.layers:
+        p.reasons.append(f"{pp} pipeline stages for {s.layers} layers: a stage would hold none")
     if shards > gpus:
         p.reasons.append(f"{shards} GPUs needed (tp × pp), {gpus} visible")
     if p.weights_gib_per_gpu > budget:

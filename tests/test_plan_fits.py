@@ -115,3 +115,26 @@ def test_check_notices_a_port_already_taken():  # type: ignore[no-untyped-def]
     (p,) = [p for p in doc["problems"] if p["param"] == "port"]
     assert f"port {port} is already taken" in p["text"]
     assert p["change"]["flag"] == "--port" and int(p["change"]["to"]) != port
+
+
+def test_pipeline_stages_split_like_vllm_and_the_heaviest_must_fit():  # type: ignore[no-untyped-def]
+    from diagnose.budget import (
+        GIB,
+        load_config,
+        plan,
+        shape_from_config,
+        stage_layers,
+        stage_weight_bytes,
+        weight_bytes,
+    )
+
+    assert stage_layers(61, 4) == [15, 15, 16, 15]  # vLLM get_pp_indices: the remainder before the last
+    assert stage_layers(32, 3) == [11, 11, 10]
+    s = shape_from_config(load_config(str(CONFIGS / "deepseek-ai-DeepSeek-R1.json")))
+    stages = stage_weight_bytes(s, 4)
+    assert sum(stages) == pytest.approx(weight_bytes(s))  # untied: embeddings first, lm_head last
+    assert max(stages) > weight_bytes(s) / 4 * 1.03  # the 16-layer stage, not the average
+    p = plan(s, 32, 80.0, tp=8, pp=4)
+    assert p.weights_gib_per_gpu == pytest.approx(max(stages) / 8 / GIB)
+    too_many = plan(s, 128, 80.0, tp=1, pp=64)
+    assert any("a stage would hold none" in r for r in too_many.reasons)
