@@ -92,6 +92,8 @@ class ModelShape:
     params_kept: float  # embeddings, lm_head, norms, routers, vision tower
     expert_params: float
     partial: list[str] = field(default_factory=list)
+    exact_bytes: int | None = None  # the checkpoint's own size, when its files were read
+    exact_from: str | None = None  # which file said it
 
     @property
     def params_total(self) -> float:
@@ -377,7 +379,10 @@ def _finish(
 
 
 def weight_bytes(s: ModelShape) -> float:
-    """Bytes of all weights: quantized linear layers, the rest at the model dtype."""
+    """Bytes of all weights: the checkpoint's own size when known, else quantized linear
+    layers plus the rest at the model dtype."""
+    if s.exact_bytes:
+        return float(s.exact_bytes)
     if s.quant == "mxfp4":  # gpt-oss: only the experts are MXFP4
         return s.expert_params * QUANT_BYTES["mxfp4"] + (s.params_total - s.expert_params) * s.dtype_bytes
     per = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
@@ -468,6 +473,7 @@ class Plan:
             "what_would_fit": self.what_would,
             "partial": self.shape.partial,
             "assumptions": self.assumptions,
+            "weights_from": self.shape.exact_from or "config arithmetic",
             # a launch only when it fits: anything else would be a command that cannot work
             "launch": launch_text(self) if self.fits else None,
         }
@@ -610,9 +616,18 @@ def _evaluate(p: Plan) -> Plan:
     p.max_concurrency = p.kv_tokens / eff if eff else 0.0
     p.longest_context_for_seqs = int(p.kv_tokens / max(1, seqs))
     p.assumptions += [
-        f"weights: {s.params_total / 1e9:.2f} B parameters, "
-        + (f"{s.quant} linear layers" if s.quant else f"{s.dtype_bytes:g} bytes each")
-        + (f" (int4 group size {INT4_GROUP} for scales/zeros)" if s.quant in ("int4", "awq", "gptq") else ""),
+        (
+            f"weights: {s.exact_bytes / GIB:.2f} GiB from {s.exact_from}, exactly"
+            if s.exact_bytes
+            else f"weights: {s.params_total / 1e9:.2f} B parameters, "
+            + (f"{s.quant} linear layers" if s.quant else f"{s.dtype_bytes:g} bytes each")
+            + (
+                f" (int4 group size {INT4_GROUP} for scales/zeros)"
+                if s.quant in ("int4", "awq", "gptq")
+                else ""
+            )
+            + " (config arithmetic: give --weights DIR for the checkpoint's own size)"
+        ),
         f"activation peak estimated for max_num_batched_tokens={batched}, max_num_seqs={seqs}",
         f"KV per token per GPU {per_tok / 1024:.1f} KiB ({'MLA latent, replicated' if s.mla else 'KV heads split over TP'})",
     ]
@@ -694,3 +709,32 @@ def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
     if not 0 < gib <= 4096:
         raise ConfigError(f"--gpus {spec}: the memory per GPU must be between 0 and 4096 GiB")
     return n, gib
+
+
+def checkpoint_quant(cfg: dict[str, Any]) -> str | None:
+    """The quantisation the checkpoint itself carries (config.json's quantization_config)."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    q = cfg.get("quantization_config") or text.get("quantization_config") or {}
+    m = q.get("quant_method") if isinstance(q, dict) else None
+    return str(m).lower() if m else None
+
+
+def with_checkpoint(
+    s: ModelShape, where: str | None, runtime_quant: str | None = None, stored_quant: str | None = None
+) -> ModelShape:
+    """The shape with the checkpoint's own byte count when its files are at `where` (the model
+    directory, or beside config.json). A quantisation applied at load time (`--quantization fp8`
+    of a bf16 checkpoint) changes the bytes: the arithmetic stays then."""
+    from .checkpoint import checkpoint_bytes
+
+    if where is None:
+        return s
+    found = checkpoint_bytes(where)
+    if found is None:
+        return s
+    if runtime_quant and runtime_quant.lower() != (stored_quant or ""):
+        s.partial.append(
+            f"the checkpoint's {found[0] / GIB:.1f} GiB change with --quantization {runtime_quant}"
+        )
+        return s
+    return dataclasses.replace(s, exact_bytes=found[0], exact_from=found[1])

@@ -866,6 +866,14 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
 @app.command()
 def plan(
     config: Annotated[str, typer.Option("--config", help="config.json (or the model directory).")],
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights",
+            help="The checkpoint's directory: exact weight bytes from its index or safetensors headers "
+            "(default: beside config.json when there).",
+        ),
+    ] = None,
     gpus: Annotated[
         str | None, typer.Option("--gpus", help="nvidia-smi output, or NxGIB such as 2x80.")
     ] = None,
@@ -891,8 +899,9 @@ def plan(
 ) -> None:
     """The memory budget from config.json and the GPUs, and a minimal launch that fits."""
     import json
+    from pathlib import Path
 
-    from .budget import load_config, shape_from_config
+    from .budget import checkpoint_quant, load_config, shape_from_config, with_checkpoint
     from .budget import plan as make_plan
 
     if engine not in ("vllm", "sglang", "generic"):
@@ -902,7 +911,15 @@ def plan(
     _at_least("--max-model-len", max_model_len, 1)
     _at_least("--max-num-seqs", max_num_seqs, 1)
     _fraction("--gpu-memory-utilization", util)
-    shape = shape_from_config(load_config(config), quantization, dtype)
+    cfg = load_config(config)
+    shape = with_checkpoint(
+        shape_from_config(cfg, quantization, dtype),
+        weights or str(Path(cfg["__path__"]).parent),
+        quantization,
+        checkpoint_quant(cfg),
+    )
+    if weights and shape.exact_bytes is None:
+        raise InputError(f"{weights}: no model.safetensors.index.json and no *.safetensors files there")
     count, total, used, summary = _gpus_from(gpus, tp)
     p = make_plan(
         shape,

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from .advice import len_down
-from .budget import ConfigError, load_config, plan, shape_from_config
+from .budget import ConfigError, checkpoint_quant, load_config, plan, shape_from_config, with_checkpoint
 from .engines import Profiles, flag_for
 from .errors import InputError
 from .model import Change
@@ -125,7 +125,13 @@ def preflight(
     )
     if path:
         try:
-            shape = shape_from_config(load_config(str(path)), launch.get("quantization"), launch.get("dtype"))
+            cfg = load_config(str(path))
+            shape = with_checkpoint(
+                shape_from_config(cfg, launch.get("quantization"), launch.get("dtype")),
+                str(Path(cfg["__path__"]).parent),
+                launch.get("quantization"),
+                checkpoint_quant(cfg),
+            )
         except ConfigError as e:
             notes.append(f"no model arithmetic: {e}")
     else:

@@ -138,3 +138,69 @@ def test_pipeline_stages_split_like_vllm_and_the_heaviest_must_fit():  # type: i
     assert p.weights_gib_per_gpu == pytest.approx(max(stages) / 8 / GIB)
     too_many = plan(s, 128, 80.0, tp=1, pp=64)
     assert any("a stage would hold none" in r for r in too_many.reasons)
+
+
+# --- the checkpoint's own size -----------------------------------------------------------------
+
+
+def _model_dir(tmp_path, config: str, total_size: int | None = None):  # type: ignore[no-untyped-def]
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text((CONFIGS / config).read_text())
+    if total_size is not None:  # the index the Hub publishes, its weight_map cut short
+        index = {
+            "metadata": {"total_size": total_size},
+            "weight_map": {"lm_head.weight": "model-00004-of-00004.safetensors"},
+        }
+        (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    return d
+
+
+def test_weights_come_from_the_index_when_beside_the_config(tmp_path):  # type: ignore[no-untyped-def]
+    # Qwen2.5-7B's published index: metadata.total_size 15231233024 (bf16, 7.62 B parameters)
+    d = _model_dir(tmp_path, "Qwen-Qwen2.5-7B.json", 15231233024)
+    doc = _json(["plan", "--config", str(d / "config.json"), "--gpus", "1x24"])
+    assert doc["weights_from"] == "model.safetensors.index.json (metadata.total_size)"
+    assert doc["weights_gib_per_gpu"] == pytest.approx(15231233024 / 2**30, abs=0.01)
+    arithmetic = _json(["plan", "--config", str(CONFIGS / "Qwen-Qwen2.5-7B.json"), "--gpus", "1x24"])
+    assert arithmetic["weights_from"] == "config arithmetic"
+    assert abs(arithmetic["weights_gib_per_gpu"] / doc["weights_gib_per_gpu"] - 1) < 0.03
+
+
+def test_weights_from_safetensors_headers_without_an_index(tmp_path):  # type: ignore[no-untyped-def]
+    import struct
+
+    d = _model_dir(tmp_path, "Qwen-Qwen3-0.6B.json")
+    header = {
+        "__metadata__": {"format": "pt"},
+        "model.embed_tokens.weight": {
+            "dtype": "BF16",
+            "shape": [151936, 1024],
+            "data_offsets": [0, 311164928],
+        },
+        "model.norm.weight": {"dtype": "BF16", "shape": [1024], "data_offsets": [311164928, 311166976]},
+    }
+    raw = json.dumps(header).encode()
+    with open(d / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)  # the header only: tensors are never read
+    doc = _json(["plan", "--config", str(d), "--weights", str(d), "--gpus", "1x24"])
+    assert doc["weights_from"] == "the headers of 1 safetensors file(s)"
+    assert doc["weights_gib_per_gpu"] == pytest.approx(311166976 / 2**30, abs=0.01)
+
+
+def test_a_broken_index_or_an_empty_weights_dir_is_one_line(tmp_path):  # type: ignore[no-untyped-def]
+    d = _model_dir(tmp_path, "Qwen-Qwen2.5-7B.json")
+    (d / "model.safetensors.index.json").write_text('{"metadata": {}}')
+    r = run([*DIAGNOSE, "plan", "--config", str(d), "--gpus", "1x24"])
+    assert r.returncode == 2 and b"metadata.total_size" in r.stderr and b"Traceback" not in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run([*DIAGNOSE, "plan", "--config", str(CONFIGS / "Qwen-Qwen2.5-7B.json"), "--weights", str(empty)])
+    assert r.returncode == 2 and b"no model.safetensors.index.json" in r.stderr
+
+
+def test_a_runtime_quantisation_keeps_the_arithmetic(tmp_path):  # type: ignore[no-untyped-def]
+    d = _model_dir(tmp_path, "Qwen-Qwen2.5-7B.json", 15231233024)
+    doc = _json(["plan", "--config", str(d), "--gpus", "1x24", "--quantization", "fp8"])
+    assert doc["weights_from"] == "config arithmetic"
+    assert doc["weights_gib_per_gpu"] < 9
