@@ -128,3 +128,93 @@ def test_each_measurement_is_in_its_log(row):  # type: ignore[no-untyped-def]
     )
     found += re.findall(r"Model loading took ([\d.]+) ?GiB", text)
     assert any(abs(float(x) - measured) < 0.005 for x in found), (log, found[:5])
+
+
+# (log, config, quantisation, tp, "Available KV cache memory" GiB, "GPU KV cache size" tokens)
+KV_ROWS = [
+    (
+        "vllm-103-healthy-v0110-llama31-8b-l4-tf-noise-serving",
+        "meta-llama-Meta-Llama-3.1-8B.json",
+        None,
+        1,
+        4.75,
+        38944,
+    ),
+    (
+        "vllm-409-healthy-v0171-llama31-8b-sagemaker-warn",
+        "meta-llama-Meta-Llama-3.1-8B.json",
+        None,
+        1,
+        55.79,
+        457024,
+    ),
+    ("vllm-412-healthy-v011-tf-noise-shutdown", "meta-llama-Meta-Llama-3.1-8B.json", None, 1, 19.24, 157584),
+    (
+        "vllm-205-healthy-rocm-v0170-qwen25-7b-health-polls-clean-shutdown",
+        "Qwen-Qwen2.5-7B.json",
+        None,
+        1,
+        41.81,
+        782800,
+    ),
+    (
+        "vllm-202-healthy-v0151-systemd-restart-awq-14b-rtx3090",
+        "Qwen-Qwen2.5-14B.json",
+        "awq",
+        1,
+        11.33,
+        61872,
+    ),
+    ("vllm-403-healthy-v0112-coder14b-traffic", "Qwen-Qwen2.5-14B.json", None, 1, 10.93, 59712),
+    ("vllm-404-healthy-v013-awq32b-shutdown", "Qwen-Qwen2.5-32B.json", "awq", 1, 15.95, 65328),
+    ("vllm-405-healthy-v011-r1-distill-32b-fp8-shutdown", "Qwen-Qwen2.5-32B.json", "fp8", 1, 6.04, 24736),
+    (
+        "vllm-215-request-oversized-prompt-18m-tokens-400-h100-v0102",
+        "Qwen-Qwen3-30B-A3B.json",
+        None,
+        1,
+        8.68,
+        94784,
+    ),
+    ("vllm-406-healthy-v013-tp2-moe-long", "Qwen-Qwen3-30B-A3B.json", "awq", 2, 5.93, 129504),
+    (
+        "vllm-223-driver-flashinfer-jit-ld-cannot-find-lcuda-kaggle-2xt4-v0221",
+        "Qwen-Qwen3-8B.json",
+        None,
+        2,
+        3.92,
+        57120,
+    ),
+    ("vllm-411-healthy-v013-ngc-gb10-mxfp4", "openai-gpt-oss-20b.json", None, 1, 12.94, 282624),
+    (
+        "vllm-219-weights-format-gpt-oss-harmony-invalid-tiktoken-vocab-offline-tp2-v0151",
+        "openai-gpt-oss-120b.json",
+        None,
+        2,
+        77.93,
+        2269888,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("log", "config", "quant", "tp", "avail", "tokens"), KV_ROWS, ids=[r[0][:40] for r in KV_ROWS]
+)
+def test_kv_bytes_per_token_against_the_engine(log, config, quant, tp, avail, tokens):  # type: ignore[no-untyped-def]
+    """The engine's KV memory divided by the plan's bytes per token is the engine's token count:
+    GQA, TP splits, MoE, quantised weights and sliding windows (gpt-oss) all within 0.2 %. (The
+    budget before it, the activation peak, is what issue 18 still has to model.)"""
+    from diagnose.budget import GIB, kv_bytes_per_token
+
+    s = shape_from_config(load_config(str(CONFIGS / config)), quant)
+    est = avail * GIB / kv_bytes_per_token(s, "auto", tp)
+    assert abs(est / tokens - 1) < 0.002, f"{log}: {est:.0f} vs {tokens}"
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
+@pytest.mark.parametrize("row", KV_ROWS, ids=[r[0][:40] for r in KV_ROWS])
+def test_each_kv_measurement_is_in_its_log(row):  # type: ignore[no-untyped-def]
+    log, _, _, _, avail, tokens = row
+    text = (LOGS / log / "log.txt").read_text(errors="replace")
+    assert f"Available KV cache memory: {avail:.2f} GiB" in text
+    assert f"KV cache size: {tokens:,} tokens" in text
