@@ -30,7 +30,7 @@ METRICS_EVERY_S = 0.1  # /metrics is a cheap read; a step may last under a secon
 KV_FULL = 0.9
 KV_SPARE = 0.8
 
-# Prometheus names of the engines (vLLM V0/V1 and SGLang), mapped to one vocabulary
+# Prometheus names of the engines (vLLM V0/V1, SGLang, TGI's router), mapped to one vocabulary
 METRIC_NAMES = {
     "vllm:num_requests_waiting": "waiting",
     "vllm:num_requests_running": "running",
@@ -41,7 +41,11 @@ METRIC_NAMES = {
     "sglang:num_queue_reqs": "waiting",
     "sglang:num_running_reqs": "running",
     "sglang:token_usage": "kv_usage",
+    "tgi_queue_size": "waiting",
+    "tgi_batch_current_size": "running",
 }
+# TGI has no KV-usage gauge: the tokens the running batch may reach over the token budget
+TGI_TOKENS, TGI_BUDGET = "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens"
 
 
 @dataclass
@@ -99,19 +103,25 @@ def percentile(vals: list[float], q: float) -> float | None:
 def read_metrics(text: str) -> dict[str, float]:
     """The engine gauges we know from Prometheus text (labels summed over, e.g. per engine)."""
     out: dict[str, float] = {}
+    tgi: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name_part, _, value = line.rpartition(" ")
         name = name_part.split("{", 1)[0].strip()
-        key = METRIC_NAMES.get(name)
+        key = METRIC_NAMES.get(name) or (name if name in (TGI_TOKENS, TGI_BUDGET) else None)
         if key is None:
             continue
         try:
             v = float(value)
         except ValueError:
             continue
-        out[key] = out.get(key, 0.0) + v
+        if key in (TGI_TOKENS, TGI_BUDGET):
+            tgi[key] = v
+        else:
+            out[key] = out.get(key, 0.0) + v
+    if tgi.get(TGI_BUDGET) and TGI_TOKENS in tgi:
+        out["kv_usage"] = tgi[TGI_TOKENS] / tgi[TGI_BUDGET]
     return out
 
 

@@ -104,6 +104,22 @@ def test_read_metrics_knows_vllm_and_sglang_names():  # type: ignore[no-untyped-
     assert m["kv_usage"] == pytest.approx(0.93 + 0.99)
 
 
+def test_read_metrics_knows_tgi_routers_gauges():  # type: ignore[no-untyped-def]
+    # text-generation-inference router (metrics-exporter-prometheus: no labels)
+    text = (
+        "# TYPE tgi_queue_size gauge\n"
+        "tgi_queue_size 3\n"
+        "# TYPE tgi_batch_current_size gauge\n"
+        "tgi_batch_current_size 8\n"
+        "# TYPE tgi_batch_current_max_tokens gauge\n"
+        "tgi_batch_current_max_tokens 15000\n"
+        "# TYPE tgi_batch_max_total_tokens gauge\n"
+        "tgi_batch_max_total_tokens 16000\n"
+        "tgi_request_count 120\n"
+    )
+    assert read_metrics(text) == {"waiting": 3.0, "running": 8.0, "kv_usage": 15000 / 16000}
+
+
 def test_percentile_is_nearest_rank():  # type: ignore[no-untyped-def]
     assert percentile([], 0.5) is None
     assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0
