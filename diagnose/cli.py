@@ -553,7 +553,10 @@ def _run_sweep(
     """The concurrency sweep after a probe that passed: steps, knee, bound, regressions."""
     import json
 
-    from .sweep import Sweep, compare_sweep, run_sweep, save_sweep
+    from .sweep import Sweep, compare_sweep, read_sweep_baseline, run_sweep, save_sweep
+
+    if compare:
+        read_sweep_baseline(compare)  # a wrong path or file is told before the sweep, not after
 
     sent = _auth_headers(headers, api_key)
     result = Sweep()

@@ -365,11 +365,17 @@ def save_sweep(sweep: Sweep, path: str, url: str, model: str | None) -> None:
     write_baseline(path, data)
 
 
-def compare_sweep(sweep: Sweep, path: str, tolerance: float) -> None:
-    """Regressions against a saved sweep, step by step at the same concurrency."""
+def read_sweep_baseline(path: str) -> dict[str, Any]:
+    """A saved sweep, checked (before a sweep runs, so a wrong path costs nothing)."""
     base = read_baseline(path)
     if not (isinstance(base, dict) and base.get("kind") == "sweep" and isinstance(base.get("steps"), list)):
         raise InputError(f"{path}: not a sweep baseline (save one with --sweep … --save-baseline)")
+    return base
+
+
+def compare_sweep(sweep: Sweep, path: str, tolerance: float) -> None:
+    """Regressions against a saved sweep, step by step at the same concurrency."""
+    base = read_sweep_baseline(path)
     old_steps = {s.get("concurrency"): s for s in base["steps"] if isinstance(s, dict)}
     for s in sweep.steps:
         old = old_steps.get(s.concurrency)
