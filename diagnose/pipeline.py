@@ -161,7 +161,7 @@ def diagnose(
 
 def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving | None:
     """The serving phase of the last run, read with the engine's stats-line markers first."""
-    from .serving import judge, read_points
+    from .serving import judge_replicas, read_points
 
     if not result.series:
         return None
@@ -172,7 +172,7 @@ def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving |
         max_num_seqs = int(cap) if cap is not None else None
     except (TypeError, ValueError):
         max_num_seqs = None
-    return judge(points, result.series_seen, max_num_seqs)
+    return judge_replicas(points, result.series_seen, max_num_seqs)
 
 
 SERVING_TITLES = {

@@ -20,6 +20,8 @@ finding (class `preemption`, a warning): the others are told in the `serving` ob
 
 from __future__ import annotations
 
+import re
+
 from .lines import make_line
 from .records import field, record
 
@@ -90,6 +92,7 @@ class Point:
     time: str | None
     values: dict[str, float]
     text: str
+    replica: str = ""  # a data-parallel engine's own stats ("Engine 001", "DP1"); "" for one
 
 
 @record
@@ -147,9 +150,45 @@ def read_points(raw: list[tuple[str, int, bytes]], markers: list[Any], since_lin
             if any(n in text for n in mk.needles):
                 values = mk.read(text)
                 if values:
-                    out.append(Point(source, number, line.timestamp, values, text.strip()[:300]))
+                    m = _REPLICA.search(text) or _REPLICA.search(line.process or "")
+                    replica = (f"engine {m.group(1)}" if m.group(1) else f"DP{m.group(2)}") if m else ""
+                    out.append(Point(source, number, line.timestamp, values, text.strip()[:300], replica))
                 break
     return out
+
+
+# vLLM V1 "Engine 001: …" (not "2 Engines Aggregated"), SGLang's "[… DP1 TP0]" tag
+_REPLICA = re.compile(r"\bEngine (\d{3}):|\bDP(\d+)\b")
+# the order in which a replica's verdict speaks for the whole server
+SEVERITY = [
+    "preemption_storm",
+    "kv_bound",
+    "throughput_collapse",
+    "scheduler_bound",
+    "healthy",
+    "client_bound",
+    "unknown",
+    "idle",
+]
+
+
+def judge_replicas(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving | None:
+    """Data-parallel engines each print their own stats: each is judged on its own lines (a
+    mixed series would dilute one full replica among idle ones); the worst verdict speaks."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        groups.setdefault(p.replica, []).append(p)
+    if len(groups) <= 1:
+        return judge(points, seen, max_num_seqs)
+    verdicts = [(name, judge(pts, len(pts), max_num_seqs)) for name, pts in sorted(groups.items())]
+    name, worst = min(
+        ((n, v) for n, v in verdicts if v is not None), key=lambda nv: SEVERITY.index(nv[1].verdict)
+    )
+    worst.seen = seen
+    worst.summary["replicas"] = {n or "aggregate": v.verdict for n, v in verdicts if v is not None}
+    if name:
+        worst.why = f"{name}: {worst.why}"
+    return worst
 
 
 def _values(points: list[Point], key: str) -> list[float]:

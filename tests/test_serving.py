@@ -385,3 +385,17 @@ def test_real_logs_with_stats_lines(know, case):  # type: ignore[no-untyped-def]
         assert not serving_findings and d.status == "ready", d.serving.why
     if label["class"] == "preemption":
         assert d.primary is not None and d.primary.cls == "preemption"
+
+
+def test_data_parallel_engines_are_judged_one_by_one(know, tmp_path):  # type: ignore[no-untyped-def]
+    # vLLM V1 with --data-parallel-size 2: each engine prints its own line; engine 000 is full
+    # and queueing, engine 001 idles. Mixed, only half the lines are full (below the 60 % bar).
+    lines = startup("vllm/healthy-v1-serving.log")
+    for i in range(12):
+        lines.append(vllm_v1_stats(i, 64, 20 + i, 0.97))
+        lines.append(vllm_v1_stats(i, 1, 0, 0.02).replace("Engine 000:", "Engine 001:"))
+    d = diagnose_lines(know, lines, tmp_path)
+    assert d.serving.verdict == "kv_bound"
+    assert d.serving.why.startswith("engine 000: ")
+    assert d.serving.summary["replicas"] == {"engine 000": "kv_bound", "engine 001": "client_bound"}
+    assert d.status == "degraded"
