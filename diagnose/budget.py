@@ -44,6 +44,8 @@ QUANT_BYTES = {
     "int4": 0.5 + (2 + 0.5) / INT4_GROUP,
     "awq": 0.5 + (2 + 0.5) / INT4_GROUP,
     "gptq": 0.5 + (2 + 0.5) / INT4_GROUP,
+    "fbgemm_fp8": 1.0,  # Meta's FP8 checkpoints: the MLPs only (see _not_converted)
+    "modelopt": 1.0,  # NVIDIA ModelOpt FP8 (quant_algo FP8)
 }
 
 
@@ -284,6 +286,13 @@ def _shape(
             partial.append("vision tower estimated from its hidden size, depth and MLP width")
     quantizable = L * attn + dense_mlp + expert_params
     kept = embed + norms + router + vision
+    if not mla and quantization is None:
+        # modules the checkpoint keeps at the model dtype: counted at the model dtype
+        unq, note = _not_converted(cfg, text, L, h, H, K, d, attn, i_dense, is_moe)
+        if unq:
+            quantizable -= unq
+            kept += unq
+            partial.append(note)
     return _finish(
         cfg,
         text,
@@ -305,6 +314,56 @@ def _shape(
         kinds,
         window,
     )
+
+
+def _not_converted(
+    cfg: dict[str, Any],
+    text: dict[str, Any],
+    L: int,
+    h: int,
+    H: int,
+    K: int,
+    d: int,
+    attn: float,
+    i_dense: int,
+    is_moe: Any,
+) -> tuple[float, str]:
+    """Parameters of linear layers a quantised checkpoint leaves unquantised: fbgemm_fp8
+    quantises only the MLPs (Llama 3.1 405B FP8: attention stays bf16), and
+    `modules_to_not_convert` / `ignored_layers` / `ignore` name modules (or `re:` patterns)."""
+    q = cfg.get("quantization_config") or text.get("quantization_config") or {}
+    if not isinstance(q, dict) or not q:
+        return 0.0, ""
+    method = str(q.get("quant_method") or "").lower()
+    listed = [
+        str(x) for key in ("modules_to_not_convert", "ignored_layers", "ignore") for x in q.get(key) or []
+    ]
+    sizes = {"q_proj": h * H * d, "k_proj": h * K * d, "v_proj": h * K * d, "o_proj": H * d * h}
+    mlp_sizes = {"gate_proj": h * i_dense, "up_proj": h * i_dense, "down_proj": h * i_dense}
+    attn_kept = method == "fbgemm_fp8"  # FFN-only FP8
+    total = L * attn if attn_kept else 0.0
+    if listed:
+        exact = {x for x in listed if not x.startswith("re:")}
+        patterns = []
+        for x in listed:
+            if x.startswith("re:"):
+                try:
+                    patterns.append(re.compile(x[3:]))
+                except re.error:
+                    continue
+        for layer in range(L):
+            names = [(f"model.layers.{layer}.self_attn.{k}", v, True) for k, v in sizes.items()]
+            if not is_moe(layer):
+                names += [(f"model.layers.{layer}.mlp.{k}", v, False) for k, v in mlp_sizes.items()]
+            for name, n, is_attn in names:
+                if attn_kept and is_attn:
+                    continue  # counted above
+                if name in exact or any(p.fullmatch(name) for p in patterns):
+                    total += n
+    if not total:
+        return 0.0, ""
+    what = "attention (FFN-only FP8)" if attn_kept else "the modules quantization_config leaves out"
+    return total, f"{total / 1e9:.2f} B parameters of {what} kept at the model dtype"
 
 
 def _finish(

@@ -204,3 +204,38 @@ def test_a_runtime_quantisation_keeps_the_arithmetic(tmp_path):  # type: ignore[
     doc = _json(["plan", "--config", str(d), "--gpus", "1x24", "--quantization", "fp8"])
     assert doc["weights_from"] == "config arithmetic"
     assert doc["weights_gib_per_gpu"] < 9
+
+
+# --- modules a quantised checkpoint keeps at the model dtype -------------------------------------
+
+
+def test_fbgemm_fp8_keeps_attention_in_bf16():  # type: ignore[no-untyped-def]
+    from diagnose.budget import load_config, shape_from_config, weight_bytes
+
+    fp8 = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-405B-Instruct-FP8.json")))
+    all_fp8 = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-405B.json")), "fp8")
+    ratio = weight_bytes(fp8) / weight_bytes(all_fp8)
+    assert 1.15 < ratio < 1.21  # attention (and the first and last MLPs it lists) stay bf16
+    assert any("attention (FFN-only FP8)" in p for p in fp8.partial)
+
+
+def test_modules_to_not_convert_and_ignore_patterns_are_counted(tmp_path):  # type: ignore[no-untyped-def]
+    from diagnose.budget import load_config, shape_from_config, weight_bytes
+
+    cfg = json.loads((CONFIGS / "Qwen-Qwen3-32B-FP8.json").read_text())
+    base = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
+    h, H, K, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    q_proj = h * H * d
+    cfg["quantization_config"]["modules_to_not_convert"] = ["lm_head", "model.layers.0.self_attn.q_proj"]
+    one = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
+    assert one - base == pytest.approx(q_proj * (2 - 1))  # bf16 instead of fp8
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}, "targets": ["Linear"]}},
+        "ignore": ["lm_head", "re:.*self_attn\\.(k|v)_proj"],
+    }
+    kv_kept = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
+    assert kv_kept - base == pytest.approx(cfg["num_hidden_layers"] * 2 * h * K * d)
+    cfg_path = tmp_path / "config.json"
+    cfg_path.write_text(json.dumps(cfg))
+    assert load_config(str(cfg_path))  # the file form reads the same
