@@ -316,6 +316,25 @@ def _shape(
     )
 
 
+def context_limit(text: dict[str, Any]) -> int | None:
+    """The longest context the engine derives from config.json: the position limit, times a
+    rope-scaling factor where the scaling extends it (yarn from its original length, linear,
+    dynamic); llama3/longrope/su/mrope limits are already in max_position_embeddings."""
+    base = _get(text, "max_position_embeddings", "max_sequence_length", "seq_length")
+    rope = text.get("rope_scaling")
+    if not isinstance(base, int) or not isinstance(rope, dict):
+        return base
+    kind = str(rope.get("rope_type") or rope.get("type") or "")
+    factor = rope.get("factor")
+    if kind in ("", "default", "llama3", "longrope", "su", "mrope") or not isinstance(factor, (int, float)):
+        return base
+    if factor <= 1:
+        return base
+    if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+        base = rope["original_max_position_embeddings"]
+    return int(base * factor)
+
+
 def _not_converted(
     cfg: dict[str, Any],
     text: dict[str, Any],
@@ -423,7 +442,7 @@ def _finish(
         kv_heads=K,
         head_dim=d,
         tied=tied,
-        max_position=_get(text, "max_position_embeddings", "max_sequence_length", "seq_length"),
+        max_position=context_limit(text),
         dtype_bytes=dbytes,
         quant=method,
         mla=mla,

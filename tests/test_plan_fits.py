@@ -239,3 +239,16 @@ def test_modules_to_not_convert_and_ignore_patterns_are_counted(tmp_path):  # ty
     cfg_path = tmp_path / "config.json"
     cfg_path.write_text(json.dumps(cfg))
     assert load_config(str(cfg_path))  # the file form reads the same
+
+
+def test_rope_scaling_extends_the_context_limit():  # type: ignore[no-untyped-def]
+    from diagnose.budget import context_limit
+
+    cfg = json.loads((CONFIGS / "Qwen-Qwen2.5-7B.json").read_text())
+    assert context_limit(cfg) == cfg["max_position_embeddings"]
+    # the YaRN block Qwen's model card tells users to add for 128K
+    yarn = {**cfg, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}}
+    assert context_limit(yarn) == 131072
+    llama = json.loads((CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json").read_text())
+    assert llama["rope_scaling"]["rope_type"] == "llama3"
+    assert context_limit(llama) == llama["max_position_embeddings"]  # already the extended length
