@@ -95,8 +95,9 @@ def check_engines(engines: list[str], path: str, label: str, known: set[str] | N
         bad = [e for e in engines if not (isinstance(e, str) and _ID_RE.match(e))]
     else:
         bad = [e for e in engines if e != ANY_ENGINE and e not in known]
-    allowed = ", ".join(sorted({*(known or ()), ANY_ENGINE})) if known is not None else "profile names"
-    _need(not bad, path, label, "engines", f"unknown engine {bad[0] if bad else ''!r} (allowed: {allowed})")
+    if bad:  # the message is built only for a broken rule: this runs for every rule at start
+        allowed = ", ".join(sorted({*(known or ()), ANY_ENGINE})) if known is not None else "profile names"
+        raise RuleError(path, label, "engines", f"unknown engine {bad[0]!r} (allowed: {allowed})")
 
 
 def compile_pattern(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
@@ -118,12 +119,18 @@ def parse_rule(
     known_engines: set[str] | None = None,
 ) -> Rule:
     """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
+    if trusted and isinstance(raw, dict):
+        # validated when it was cached (same path, size and mtime): only the engines, which
+        # come from other files, are checked again
+        check_engines(raw["engines"], path, raw["id"], known_engines)
+        return _rule_from(raw, path, raw.get("class"), None, shipped)
     if not isinstance(raw, dict):
         raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
     rid = raw.get("id")
     label = rid if isinstance(rid, str) else f"#{index + 1}"
     for k in raw:
-        _need(k in RULE_KEYS, path, label, str(k), f"unknown key (allowed: {', '.join(sorted(RULE_KEYS))})")
+        if k not in RULE_KEYS:
+            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(RULE_KEYS))})")
     for k, how in RULE_KEYS.items():
         if how == "required" and k not in raw:
             if k == "class" and raw.get("severity") == "ignore":
@@ -144,13 +151,9 @@ def parse_rule(
         severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}"
     )
     cls = raw.get("class")
-    if severity != "ignore" or cls is not None:
-        _need(
-            cls in CLASSES,
-            path,
-            label,
-            "class",
-            f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})",
+    if (severity != "ignore" or cls is not None) and cls not in CLASSES:
+        raise RuleError(
+            path, label, "class", f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})"
         )
     needles = raw["needles"]
     _need(
@@ -180,13 +183,10 @@ def parse_rule(
     advice = raw.get("advice") or []
     _need(isinstance(advice, list), path, label, "advice", "must be a list")
     for a in advice:
-        _need(
-            isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS,
-            path,
-            label,
-            "advice",
-            f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}",
-        )
+        if not (isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS):
+            raise RuleError(
+                path, label, "advice", f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}"
+            )
     for a in advice:
         problem = param_problem(a["param"], "to" in a)
         _need(problem is None, path, label, "advice", problem or "")
@@ -208,31 +208,36 @@ def parse_rule(
     _need(layer in LAYERS, path, label, "layer", f"must be one of {', '.join(LAYERS)}")
     cons = raw.get("consequence", False)
     _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
-    rule = Rule(
-        id=rid,
-        engines=list(engines),
-        cls=cls,
-        severity=severity,
-        needles=list(needles),
-        pattern=pattern,
-        title=title.strip(),
-        examples_match=list(ex["match"]),
-        examples_no_match=list(ex["no_match"]),
-        path=path,
-        compiled=compiled,
-        why=str(raw.get("why") or "").strip(),
-        advice=[dict(a) for a in advice],
-        consequence=cons,
-        oom_phase=phase,
-        scope=scope,
-        shipped=shipped,
-        layer=layer,
-    )
+    rule = _rule_from(raw, path, cls, compiled, shipped)
     if not trusted:
         problem = check_examples(rule)
         if problem:
             raise RuleError(path, label, problem[0], problem[1])
     return rule
+
+
+def _rule_from(raw: dict[str, Any], path: str, cls: Any, compiled: Any, shipped: bool) -> Rule:
+    ex = raw["examples"]
+    return Rule(
+        id=raw["id"],
+        engines=list(raw["engines"]),
+        cls=cls,
+        severity=raw["severity"],
+        needles=list(raw["needles"]),
+        pattern=raw["pattern"],
+        title=raw["title"].strip(),
+        examples_match=list(ex["match"]),
+        examples_no_match=list(ex["no_match"]),
+        path=path,
+        compiled=compiled,
+        why=str(raw.get("why") or "").strip(),
+        advice=[dict(a) for a in raw.get("advice") or []],
+        consequence=raw.get("consequence", False),
+        oom_phase=raw.get("oom_phase"),
+        scope=raw.get("scope", "message"),
+        shipped=shipped,
+        layer=raw.get("layer", "rule"),
+    )
 
 
 def rule_matches_text(rule: Rule, text: str) -> Any:
