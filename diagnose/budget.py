@@ -580,10 +580,14 @@ def plan(
     kv_dtype: str = "auto",
     engine: str = "vllm",
     gpu_name: str | None = None,
+    engine_version: str | None = None,
+    chunked_prefill: bool | None = None,
 ) -> Plan:
     util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
     length = int(max_model_len or s.max_position or 4096)
-    batched = max_num_batched_tokens or (8192 if gpu_total_gib >= 70 else 2048)
+    batched, batched_why = profiled_tokens(
+        engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib
+    )
     base = Plan(
         s,
         gpus,
@@ -607,7 +611,51 @@ def plan(
             break
     if not chosen.fits:
         chosen.what_would = _what_would(chosen)
+    chosen.assumptions.insert(0, batched_why)
     return chosen
+
+
+def engine_generation(version: str | None) -> str | None:
+    """'v0' or 'v1' from --engine-version (`v0`, `v1`, or a vLLM version: V1 is the default
+    from 0.8.0 and the only engine from 0.11.0); None when not given."""
+    if not version:
+        return None
+    v = version.strip().lower().lstrip("v")
+    if v in ("0", "1"):
+        return "v" + v
+    m = re.match(r"(\d+)\.(\d+)", v)
+    if not m:
+        raise InputError(f"--engine-version {version!r}: give v0, v1 or a version such as 0.6.6")
+    major, minor = int(m.group(1)), int(m.group(2))
+    return "v0" if (major, minor) < (0, 8) else "v1"
+
+
+def profiled_tokens(
+    engine: str,
+    version: str | None,
+    chunked: bool | None,
+    given: int | None,
+    length: int,
+    total_gib: float,
+) -> tuple[int, str]:
+    """The tokens of the dummy batch vLLM profiles before it sizes the KV cache (its activation
+    peak grows with them), and how they were chosen."""
+    if given:
+        return given, f"activation peak for max_num_batched_tokens={given} (given)"
+    gen = engine_generation(version)
+    if engine == "vllm" and gen == "v0":
+        on = chunked if chunked is not None else length > 32768  # the API server's V0 default
+        if not on:
+            # V0 without chunked prefill: one prefill of a whole max-length prompt
+            n = max(length, 2048)
+            return (
+                n,
+                f"V0 without chunked prefill: the profiled batch is max(max_model_len, 2048) = {n} tokens",
+            )
+        return 2048, "V0 with chunked prefill: the profiled batch is 2048 tokens (assumed)"
+    n = 8192 if total_gib >= 70 else 2048
+    src = f"engine {gen}" if gen else "V1 assumed (give --engine-version for V0)"
+    return n, f"{src}: max_num_batched_tokens defaults to {n} on a {total_gib:g} GiB GPU"
 
 
 def _what_would(p: Plan) -> list[str]:

@@ -893,6 +893,22 @@ def plan(
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
     max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Context length.")] = None,
     max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="Concurrent sequences.")] = 256,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", help="Tokens per scheduler step (the profiled batch)."),
+    ] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option("--engine-version", help="v0, v1 or a vLLM version such as 0.6.6 (the profiled batch)."),
+    ] = None,
+    chunked_prefill: Annotated[
+        bool | None,
+        typer.Option(
+            "--enable-chunked-prefill/--no-enable-chunked-prefill",
+            help="V0: whether chunked prefill is on (default: on above 32K context).",
+            show_default=False,
+        ),
+    ] = None,
     util: Annotated[
         float | None,
         typer.Option("--gpu-memory-utilization", help="Share of each GPU (SGLang: mem fraction)."),
@@ -913,6 +929,7 @@ def plan(
     _at_least("--pp", pp, 1)
     _at_least("--max-model-len", max_model_len, 1)
     _at_least("--max-num-seqs", max_num_seqs, 1)
+    _at_least("--max-num-batched-tokens", max_num_batched_tokens, 1)
     _fraction("--gpu-memory-utilization", util)
     cfg = load_config(config)
     shape = with_checkpoint(
@@ -934,10 +951,12 @@ def plan(
         util,
         max_model_len,
         max_num_seqs,
-        None,
+        max_num_batched_tokens,
         kv_cache_dtype,
         engine,
         gpu_name=_gpu_name(gpus),
+        engine_version=engine_version,
+        chunked_prefill=chunked_prefill,
     )
     if json_out:
         print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))

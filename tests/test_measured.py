@@ -218,3 +218,35 @@ def test_each_kv_measurement_is_in_its_log(row):  # type: ignore[no-untyped-def]
     text = (LOGS / log / "log.txt").read_text(errors="replace")
     assert f"Available KV cache memory: {avail:.2f} GiB" in text
     assert f"KV cache size: {tokens:,} tokens" in text
+
+
+def test_v0_profiles_a_whole_max_length_prefill():  # type: ignore[no-untyped-def]
+    """vllm-303 (vLLM 0.4.1, V0, chunked prefill off): Meta-Llama-3-8B-Instruct on an RTX 3090
+    (23.69 GiB as torch reports it), utilisation 0.9, derived max_model_len 8192, printed
+    `# GPU blocks: 2358` (16 tokens each = 37,728 tokens). V0 profiles one 8192-token prefill;
+    a V1-sized 2048-token batch would overestimate the KV cache by 15 %."""
+    import dataclasses
+
+    from diagnose.budget import engine_generation
+
+    # Llama 3 8B has Llama 3.1 8B's shapes; its context is 8192
+    s = dataclasses.replace(
+        shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json"))), max_position=8192
+    )
+    v0 = plan(s, 1, 23.69, tp=1, util=0.9, engine_version="0.4.1")
+    assert v0.max_num_batched_tokens == 8192
+    assert abs(v0.kv_tokens / 37728 - 1) < 0.05
+    assert "V0 without chunked prefill" in v0.assumptions[0]
+    v1 = plan(s, 1, 23.69, tp=1, util=0.9)
+    assert v1.kv_tokens / 37728 - 1 > 0.10
+    assert engine_generation("0.8.5") == "v1" and engine_generation("v0") == "v0"
+    assert engine_generation(None) is None
+    with pytest.raises(Exception, match="--engine-version"):
+        engine_generation("latest")
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
+def test_the_v0_row_is_in_its_log():  # type: ignore[no-untyped-def]
+    text = (LOGS / "vllm-303-healthy-llama3-8b-3090-v041-ready" / "log.txt").read_text(errors="replace")
+    assert "# GPU blocks: 2358" in text and "vLLM API server version 0.4.1" in text
+    assert "enable_chunked_prefill=False" in text and "gpu_memory_utilization=0.9" in text
