@@ -55,6 +55,7 @@ STRUCTURE_NEEDLES = [
 FIRST_HITS_KEPT = 32
 LAST_HITS_KEPT = 32
 MAX_FRAMES = 96
+CLOSING_TAIL = 5  # an unexplained ERROR line this close to the end of a startup log is its failure
 MAX_VOCAB = 16  # vocabulary terms kept per traceback or unexplained error
 VOCAB_AFTER = 40  # lines after an unexplained error whose words still describe it (multi-line messages)
 QUIET_LEVELS = ("INFO", "DEBUG", "WARNING")
@@ -186,6 +187,7 @@ class Scanner:
         self.last_hit_by_stream: dict[str, RecordedHit] = {}
         self.pending_context: list[RecordedHit] = []
         self.recent_untraced: list[RecordedHit] = []  # hits still looking for a nearby traceback
+        self.last_unmatched_error: Line | None = None  # the latest ERROR line nothing explained
         self.recent_vocab: list[VocabHit] = []  # the latest vocabulary terms, for errors that follow
         self.vocab_takers: list[RecordedHit] = []  # unexplained errors still collecting words after them
         self.phase_last_line: dict[str, int] = {}
@@ -444,6 +446,7 @@ class Scanner:
             return
         if line.level in ("ERROR", "CRITICAL"):
             self.unmatched_errors += 1
+            self.last_unmatched_error = line
             if len(self.unmatched_examples) < 20:
                 self.unmatched_examples.append(line)
             if line.level == "CRITICAL":
@@ -738,7 +741,23 @@ class Scanner:
         self.apply_observed()
         for stream, tb in list(self.open_tbs.items()):
             self._close_tb(stream, tb)
+        self._closing_error()
         return self.snapshot()
+
+    def _closing_error(self) -> None:
+        """A startup whose log ends on an ERROR line no rule or word explains (a config check
+        that refuses a value, a launcher's last word) failed there: an unexplained finding,
+        not an 'incomplete' log. Not after ready, nor when anything was found after it."""
+        line = self.last_unmatched_error
+        if line is None or "ready" in self.reached or line.source != self.source:
+            return
+        if self.lineno - line.number > CLOSING_TAIL:
+            return
+        if any(
+            r.hit.line.number >= line.number and r.hit.line.source == line.source for r in self._kept_hits()
+        ):
+            return
+        self._synthetic(line, "The startup ends on an error no rule explains")
 
     def snapshot(self) -> ScanResult:
         """The result so far, without ending anything (for live diagnosis)."""

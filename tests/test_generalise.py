@@ -222,3 +222,30 @@ def test_oom_phase_from_the_stack_names_the_frame(know, tmp_path):
     p = d.primary
     assert p is not None and p.oom_phase == "startup" and p.phase_inferred == "stack"
     assert p.phase_evidence == "the stack: frame determine_num_available_blocks"
+
+
+def test_a_startup_that_ends_on_an_unexplained_error_line_failed_there(know, tmp_path):  # type: ignore[no-untyped-def]
+    text = (
+        "INFO 06-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.1.1\n"
+        "INFO 06-01 10:00:01 [utils.py:1] non-default args: {'model': 'Qwen/Qwen2.5-7B-Instruct', "
+        "'max_model_len': 32768, 'max_num_batched_tokens': 3}\n"
+        "(EngineCore pid=100) ERROR 06-01 10:00:02 [core.py:1] max_num_batched_tokens (3) must be "
+        "greater than or equal to max_num_seqs (256).\n"
+    )
+    d = _scan(know, tmp_path, text)
+    assert d.status == "failed" and d.primary.cls == "unknown_error"
+    assert "max_num_batched_tokens (3)" in d.primary.evidence
+    assert d.primary.title == "The startup ends on an error no rule explains"
+
+
+def test_an_error_line_the_startup_went_past_is_not_its_failure(know, tmp_path):  # type: ignore[no-untyped-def]
+    text = (
+        "INFO 06-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.1.1\n"
+        "(EngineCore pid=100) ERROR 06-01 10:00:02 [core.py:1] could not reach the metrics collector\n"
+        + "".join(
+            f"INFO 06-01 10:00:{3 + i:02d} [default_loader.py:1] Loading weights shard {i}\n"
+            for i in range(8)
+        )
+    )
+    d = _scan(know, tmp_path, text)
+    assert d.status == "incomplete" and d.primary is None
