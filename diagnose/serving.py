@@ -107,8 +107,12 @@ class Serving:
 
     @property
     def degraded(self) -> bool:
+        # a collapse is KV pressure only when the cache was full where it collapsed (its title
+        # says so); elsewhere it is told with a next step, not a finding
         return self.verdict in ("kv_bound", "preemption_storm") or (
-            self.verdict == "throughput_collapse" and bool(self.summary.get("kv_full_share"))
+            self.verdict == "throughput_collapse"
+            and self.evidence is not None
+            and self.evidence.values.get("kv_usage", 0) >= KV_FULL
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -399,3 +399,13 @@ def test_data_parallel_engines_are_judged_one_by_one(know, tmp_path):  # type: i
     assert d.serving.why.startswith("engine 000: ")
     assert d.serving.summary["replicas"] == {"engine 000": "kv_bound", "engine 001": "client_bound"}
     assert d.status == "degraded"
+
+
+def test_a_collapse_is_a_finding_only_under_a_full_cache(know, tmp_path):  # type: ignore[no-untyped-def]
+    # a few full lines early on, the collapse itself with the cache at 60 %: told, not a finding
+    lines = startup("sglang/healthy-tp2-serving.log") + [
+        sglang_decode(i * 5, 16, 0, 0.95 if i < 2 else 0.6, 800.0 if i < 8 else 90.0) for i in range(14)
+    ]
+    d = diagnose_lines(know, lines, tmp_path)
+    assert d.serving.verdict == "throughput_collapse" and d.serving.summary["kv_full_share"] > 0
+    assert not d.serving.degraded and d.status == "ready" and d.serving.next_step
