@@ -829,30 +829,18 @@ def kb_import(
         print(f"{doc.get('id', '?')} → {iid}" + ("" if added else " (already there)"))
 
 
-def _gpu_name(spec: str | None) -> str | None:
-    """The smallest GPU's model name when --gpus is an nvidia-smi snapshot (what it supports)."""
-    from .budget import parse_gpus_spec
-    from .pipeline import load_snapshot
-
-    if spec is None or parse_gpus_spec(spec):
-        return None
-    snap, _ = load_snapshot(spec)
-    if snap is None or not snap.gpus:
-        return None
-    return min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name
-
-
-def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str]:
-    """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others, summary)."""
+def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str, str | None]:
+    """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others,
+    summary, the smallest GPU's model name when a snapshot names it: what the GPUs support)."""
     from .budget import parse_gpus_spec
     from .pipeline import load_snapshot
 
     if spec is None:
         n = parallel or 1
-        return n, 80.0, 0.0, f"assumed {n}× 80 GiB (give --gpus FILE or --gpus {n}x80)"
+        return n, 80.0, 0.0, f"assumed {n}× 80 GiB (give --gpus FILE or --gpus {n}x80)", None
     parsed = parse_gpus_spec(spec)
     if parsed:
-        return parsed[0], parsed[1], 0.0, f"{parsed[0]}× {parsed[1]:g} GiB (given)"
+        return parsed[0], parsed[1], 0.0, f"{parsed[0]}× {parsed[1]:g} GiB (given)", None
     snap, err = load_snapshot(spec)
     if snap is None:
         raise InputError(f"{spec}: {err}")
@@ -863,6 +851,7 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
         min(totals) / 1024 if totals else 80.0,
         max(used) / 1024 if used else 0.0,
         snap.summary(),
+        min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None,
     )
 
 
@@ -940,7 +929,7 @@ def plan(
     )
     if weights and shape.exact_bytes is None:
         raise InputError(f"{weights}: no model.safetensors.index.json and no *.safetensors files there")
-    count, total, used, summary = _gpus_from(gpus, tp)
+    count, total, used, summary, gpu_name = _gpus_from(gpus, tp)
     p = make_plan(
         shape,
         count,
@@ -954,7 +943,7 @@ def plan(
         max_num_batched_tokens,
         kv_cache_dtype,
         engine,
-        gpu_name=_gpu_name(gpus),
+        gpu_name=gpu_name,
         engine_version=engine_version,
         chunked_prefill=chunked_prefill,
     )
@@ -1027,8 +1016,10 @@ def check(
         raise typer.BadParameter(
             "give the launch command after --, e.g. diagnose check -- vllm serve MODEL -tp 8"
         )
-    count, total, used, summary = _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information")
-    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles, gpu_name=_gpu_name(gpus))
+    count, total, used, summary, gpu_name = (
+        _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information", None)
+    )
+    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles, gpu_name=gpu_name)
     if json_out:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:
