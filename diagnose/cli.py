@@ -428,6 +428,7 @@ def probe(
         if not sep or not name.strip():
             raise typer.BadParameter(f"{h!r}: give 'Name: value'", param_hint="--header")
         headers[name.strip()] = value.strip()
+    sent = _auth_headers(headers, api_key)  # one set of headers for every request the probe sends
     res = run_probe(
         url,
         model,
@@ -435,8 +436,7 @@ def probe(
         max_tokens,
         chat,
         Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-        api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
-        headers=headers,
+        headers=sent,
     )
     if long is not None and res.ok:
         from .probe import long_request
@@ -447,7 +447,7 @@ def probe(
             long or None,
             chat,
             Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-            _auth_headers(headers, api_key),
+            sent,
         )
     if levels:
         raise typer.Exit(
@@ -461,8 +461,7 @@ def probe(
                 max_requests,
                 sweep_time,
                 Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-                headers,
-                api_key,
+                sent,
                 save_baseline,
                 compare,
                 0.15 if tolerance is None else tolerance,
@@ -543,8 +542,7 @@ def _run_sweep(
     max_requests: int,
     sweep_time: float,
     timeouts: Any,
-    headers: dict[str, str],
-    api_key: str | None,
+    sent: dict[str, str],
     save: str | None,
     compare: str | None,
     tolerance: float,
@@ -558,7 +556,6 @@ def _run_sweep(
     if compare:
         read_sweep_baseline(compare)  # a wrong path or file is told before the sweep, not after
 
-    sent = _auth_headers(headers, api_key)
     result = Sweep()
     if res.ok:
         progress_cm: Any = None
