@@ -5,16 +5,30 @@ from __future__ import annotations
 import os
 
 
+def bind_error(port: int, host: str = "127.0.0.1") -> int:
+    """0 when this host can bind host:port now, else the errno (EADDRINUSE: someone holds it)."""
+    import socket  # only when a port needs checking: not part of every scan's start
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            return e.errno or -1
+    return 0
+
+
+def port_taken(port: int, host: str = "0.0.0.0") -> bool:
+    """Whether something already holds the port (a privileged port or an address this host does
+    not have is another problem, not a taken port)."""
+    import errno
+
+    return bind_error(port, "0.0.0.0" if host in ("", "::") else host) == errno.EADDRINUSE
+
+
 def free_port(start: int, host: str = "127.0.0.1", tries: int = 50) -> int | None:
     """First port from start up that this host can bind now."""
-    import socket  # only when a port needs advice: not part of every scan's start
-
     for p in range(max(start, 1024), min(start + tries, 65535)):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, p))
-            except OSError:
-                continue
+        if not bind_error(p, host):
             return p
     return None
 

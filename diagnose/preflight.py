@@ -296,7 +296,7 @@ def _fitting_quantization(
 
 def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem: Any) -> None:
     """The port the server would bind, taken on this host already (and by whom)."""
-    from .hostports import free_port, port_holder
+    from .hostports import free_port, port_holder, port_taken
 
     port = launch.get("port") or profiles.get(engine).defaults.get("port")
     try:
@@ -305,15 +305,8 @@ def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem
         return
     if port is None or not 0 < port < 65536:
         return
-    host = str(launch.get("host") or "0.0.0.0")
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("0.0.0.0" if host in ("", "::") else host, port))
-            return
-        except OSError:
-            pass
+    if not port_taken(port, str(launch.get("host") or "0.0.0.0")):
+        return
     who = port_holder(port)
     held = f" by pid {who[0]} ({who[1][:60]})" if who else ""
     to = free_port(port + 1)

@@ -252,3 +252,13 @@ def test_rope_scaling_extends_the_context_limit():  # type: ignore[no-untyped-de
     llama = json.loads((CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json").read_text())
     assert llama["rope_scaling"]["rope_type"] == "llama3"
     assert context_limit(llama) == llama["max_position_embeddings"]  # already the extended length
+
+
+def test_a_privileged_port_or_a_foreign_address_is_not_a_taken_port():  # type: ignore[no-untyped-def]
+    from diagnose.hostports import port_taken
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        assert port_taken(s.getsockname()[1])
+    assert not port_taken(8000, "192.0.2.1")  # TEST-NET-1: not an address of this host
