@@ -19,7 +19,7 @@ from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
 from .rules import Rule, RuleSet
-from .serving import LINE_MAX, SeriesSampler
+from .serving import SeriesSampler
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -372,7 +372,7 @@ class Scanner:
             if sampler.take():
                 sampler.keep(self.source, *read(at))
         number, raw = read(hits[-1])
-        sampler.latest = (self.source, number, raw[:LINE_MAX])
+        sampler.last(self.source, number, raw)
 
     # --- one candidate line -------------------------------------------------------------
 

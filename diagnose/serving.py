@@ -73,9 +73,8 @@ class SeriesSampler:
             self.points = self.points[::2]
             self.stride *= 2
 
-    def offer(self, source: str, line: int, raw: bytes) -> None:
-        if self.take():
-            self.keep(source, line, raw)
+    def last(self, source: str, line: int, raw: bytes) -> None:
+        """The latest stats line so far (kept whatever the stride: the state the log ends in)."""
         self.latest = (source, line, raw[:LINE_MAX])
 
     def snapshot(self) -> list[tuple[str, int, bytes]]:

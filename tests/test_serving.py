@@ -179,7 +179,9 @@ def test_a_series_field_with_two_groups_is_refused(tmp_path):  # type: ignore[no
 def test_sampler_is_bounded_spread_and_keeps_the_latest():  # type: ignore[no-untyped-def]
     s = SeriesSampler()
     for i in range(1, 100_001):
-        s.offer("log", i, b"x")
+        if s.take():  # as the scanner feeds it
+            s.keep("log", i, b"x")
+        s.last("log", i, b"x")
     pts = s.snapshot()
     assert len(pts) <= SAMPLE_MAX + 1
     assert pts[0][1] == 1 and pts[-1][1] == 100_000
