@@ -96,6 +96,10 @@ class ModelShape:
     partial: list[str] = field(default_factory=list)
     exact_bytes: int | None = None  # the checkpoint's own size, when its files were read
     exact_from: str | None = None  # which file said it
+    # activations per token of the widest MLP, in units of a dense MLP's intermediate width:
+    # a dense model's intermediate size; an MoE's top-k experts (their fused gate-up, act and
+    # down outputs) plus its shared experts
+    mlp_width: int = 0
 
     @property
     def params_total(self) -> float:
@@ -240,6 +244,7 @@ def _shape(
         norms = L * h + h
         kept = V * h * (1 if tied else 2) + norms
         return _finish(
+            max(i_dense, 2 * d_in // 3),
             cfg,
             text,
             quantizable,
@@ -293,7 +298,13 @@ def _shape(
             quantizable -= unq
             kept += unq
             partial.append(note)
+    topk = int(_get(text, "num_experts_per_tok", "experts_per_token", "moe_topk", default=1) or 1)
+    width = max(
+        i_dense if any(not is_moe(x) for x in range(L)) else 0,
+        topk * (i_moe + h // 3) + shared_i if experts else 0,
+    )
     return _finish(
+        width,
         cfg,
         text,
         quantizable,
@@ -386,6 +397,7 @@ def _not_converted(
 
 
 def _finish(
+    mlp_width: int,
     cfg: dict[str, Any],
     text: dict[str, Any],
     quantizable: float,
@@ -453,6 +465,7 @@ def _finish(
         params_kept=kept,
         expert_params=expert_params,
         partial=partial,
+        mlp_width=mlp_width or 4 * h,
     )
 
 
@@ -514,6 +527,8 @@ class Plan:
     max_num_batched_tokens: int
     kv_dtype: str
     engine: str
+    engine_version: str | None = None
+    eager: bool = False  # no CUDA graphs: none to subtract
     weights_gib_per_gpu: float = 0.0
     activation_gib: float = 0.0
     overhead_gib: float = 0.0
@@ -557,13 +572,83 @@ class Plan:
         }
 
 
-def activation_gib(s: ModelShape, batched_tokens: int, seqs: int, tp: int) -> float:
-    """Peak activations of the profiling pass: the widest MLP input of a full batch (model dtype)
-    plus fp32 logits for the sampled sequences; measured by vLLM as 'PyTorch activation peak'."""
-    i = max(1, int(s.params_quantizable / max(1, s.layers) / (3 * s.hidden)))  # effective MLP width
-    per_token = (2 * min(i, 4 * s.hidden) + 4 * s.hidden) * s.dtype_bytes / tp
-    logits = min(seqs, batched_tokens) * s.vocab * 4 / tp
-    return (batched_tokens * per_token + logits) / GIB
+# What vLLM's profiling pass measures as its "activation peak" and "non-torch memory", fitted
+# to the engines' own reports in real logs (tests/test_measured.py keeps the rows):
+#  - the forward pass of the dummy batch: per token the widest MLP's fused gate-up, activation
+#    and down outputs (3 × width) and three hidden-size buffers, at the model dtype;
+#  - the dummy sampler run on the last position of each sequence: fp32 logits over the whole
+#    vocabulary, live several times over. Up to 0.11 the dummy run samples with top-k and top-p,
+#    whose PyTorch-native path sorts the logits (values and int64 indices), then scatters and
+#    softmaxes them: 8.5 copies (0.10.2: 5.58 GiB measured for 1,024 × 151,936 logits with a
+#    0.66 GiB forward). Later versions measure about 2.5 copies (0.17.1, 0.22.1).
+#  - V0 profiles one sampler pass over plain logits (0.6.4: 2.99 GiB for 29,000 tokens).
+SAMPLER_COPIES = {"v0": 1.0, "v1-sorting": 8.5, "v1": 2.5}
+# Memory outside torch's allocator that the budget subtracts. V1 (0.8+) counts only what
+# profiling adds (0.02-0.07 GiB measured on one GPU; NCCL and custom all-reduce buffers with
+# TP), not the CUDA context; V0 from 0.6.4 counted the process's whole non-torch use (0.35 GiB
+# measured), and before it the peak came from the device's free memory, so the CUDA context and
+# torch's cached blocks were in it too (0.75 GiB).
+# From 0.21 V1 also subtracts the CUDA graphs it will capture ("CUDA graph memory profiling is
+# enabled (default since v0.21.0)"; 0.14-0.96 GiB measured, by how many sizes are captured).
+NON_TORCH_GIB = {"v0-free-memory": 0.75, "v0": 0.35, "v1": 0.05}
+TP_BUFFERS_GIB = 0.25
+GRAPHS_GIB = 0.75
+GRAPHS_FEW_SEQS_GIB = 0.15  # max_num_seqs under 32: a few capture sizes
+
+
+def version_tuple(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM version such as 0.10.2 or v0.11.0rc1; None for v0/v1 or none."""
+    m = re.match(r"v?(\d+)\.(\d+)", (version or "").strip().lower())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def engine_defaults(
+    engine: str, version: str | None, total_gib: float, gpu_name: str | None
+) -> tuple[int, int, str]:
+    """vLLM's V1 defaults for max_num_batched_tokens and max_num_seqs (the API server's): 8192
+    and 1024 on GPUs of 70 GiB or more except the A100, else 2048 and 256; V0: 256 sequences."""
+    if engine == "vllm" and engine_generation(version) == "v0":
+        return 2048, 256, "V0"
+    big = total_gib >= 70 and "a100" not in (gpu_name or "").lower()
+    where = f"a {total_gib:g} GiB GPU" + (f" ({gpu_name})" if gpu_name else "")
+    return (8192, 1024, where) if big else (2048, 256, where)
+
+
+def activation_gib(
+    s: ModelShape, batched_tokens: int, seqs: int, tp: int, engine: str = "vllm", version: str | None = None
+) -> float:
+    """The activation peak of the profiling pass: the dummy batch's forward pass plus the dummy
+    sampler run on min(max_num_seqs, batched tokens) sequences (see SAMPLER_COPIES)."""
+    per_token = (3 * s.mlp_width + 3 * s.hidden) * s.dtype_bytes / tp
+    forward = batched_tokens * per_token
+    logits = min(seqs, batched_tokens) * s.vocab * 4  # gathered over TP: the whole vocabulary
+    return (forward + logits * SAMPLER_COPIES[_sampler_kind(engine, version)]) / GIB
+
+
+def _patch(version: str | None) -> tuple[int, int, int]:
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (version or "").strip().lower())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (99, 0, 0)
+
+
+def _sampler_kind(engine: str, version: str | None) -> str:
+    if engine == "vllm" and engine_generation(version) == "v0":
+        return "v0"
+    v = version_tuple(version)
+    return "v1-sorting" if v is not None and v < (0, 12) else "v1"
+
+
+def overhead_gib(engine: str, version: str | None, shards: int, seqs: int, eager: bool) -> float:
+    """Non-torch memory (and, from vLLM 0.21, the CUDA graphs) the engine subtracts before the KV
+    cache. The generic engine keeps the seed guide's CUDA context + allocator slack."""
+    if engine != "vllm":
+        return 0.75 + (0.5 if shards > 1 else 0.0)
+    gen = engine_generation(version) or "v1"
+    v = version_tuple(version)
+    kind = "v0-free-memory" if gen == "v0" and v is not None and v < (0, 7) and _patch(version) < (0, 6, 4) else gen
+    out = NON_TORCH_GIB[kind] + (TP_BUFFERS_GIB if shards > 1 else 0.0)
+    if gen == "v1" and not eager and (v is None or v >= (0, 21)):
+        out += GRAPHS_GIB if seqs >= 32 else GRAPHS_FEW_SEQS_GIB
+    return out
 
 
 def plan(
@@ -575,18 +660,21 @@ def plan(
     pp: int = 1,
     util: float | None = None,
     max_model_len: int | None = None,
-    max_num_seqs: int = 256,
+    max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_dtype: str = "auto",
     engine: str = "vllm",
     gpu_name: str | None = None,
     engine_version: str | None = None,
     chunked_prefill: bool | None = None,
+    eager: bool = False,
 ) -> Plan:
     util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
     length = int(max_model_len or s.max_position or 4096)
+    _, default_seqs, _ = engine_defaults(engine, engine_version, gpu_total_gib, gpu_name)
+    seqs = max_num_seqs or default_seqs
     batched, batched_why = profiled_tokens(
-        engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib
+        engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib, gpu_name
     )
     base = Plan(
         s,
@@ -597,11 +685,13 @@ def plan(
         pp,
         util,
         length,
-        max_num_seqs,
+        seqs,
         batched,
         kv_dtype,
         engine,
         gpu_name=gpu_name,
+        engine_version=engine_version,
+        eager=eager,
     )
     candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
     chosen = base
@@ -612,6 +702,8 @@ def plan(
     if not chosen.fits:
         chosen.what_would = _what_would(chosen)
     chosen.assumptions.insert(0, batched_why)
+    if not max_num_seqs:
+        chosen.assumptions.insert(1, f"max_num_seqs={seqs}: the engine's default")
     return chosen
 
 
@@ -637,6 +729,7 @@ def profiled_tokens(
     given: int | None,
     length: int,
     total_gib: float,
+    gpu_name: str | None = None,
 ) -> tuple[int, str]:
     """The tokens of the dummy batch vLLM profiles before it sizes the KV cache (its activation
     peak grows with them), and how they were chosen."""
@@ -653,9 +746,9 @@ def profiled_tokens(
                 f"V0 without chunked prefill: the profiled batch is max(max_model_len, 2048) = {n} tokens",
             )
         return 2048, "V0 with chunked prefill: the profiled batch is 2048 tokens (assumed)"
-    n = 8192 if total_gib >= 70 else 2048
+    n, _, where = engine_defaults(engine, version, total_gib, gpu_name)
     src = f"engine {gen}" if gen else "V1 assumed (give --engine-version for V0)"
-    return n, f"{src}: max_num_batched_tokens defaults to {n} on a {total_gib:g} GiB GPU"
+    return n, f"{src}: max_num_batched_tokens defaults to {n} on {where}"
 
 
 def _what_would(p: Plan) -> list[str]:
@@ -703,10 +796,11 @@ def _evaluate(p: Plan) -> Plan:
     shards = tp * pp
     stages = stage_weight_bytes(s, pp)
     p.weights_gib_per_gpu = max(stages) / tp / GIB  # the heaviest pipeline stage must fit
-    p.activation_gib = activation_gib(s, batched, seqs, tp) if engine != "sglang" else 0.0
-    p.overhead_gib = 0.75 + (
-        0.5 if shards > 1 else 0.0
-    )  # CUDA context + allocator slack; NCCL buffers with TP
+    if engine == "sglang":
+        p.activation_gib = p.overhead_gib = 0.0  # outside SGLang's static fraction
+    else:
+        p.activation_gib = activation_gib(s, batched, seqs, tp, engine, p.engine_version)
+        p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
     if engine == "sglang":
         budget = (total - used) * util  # weights + KV pool share of the memory free at start
         p.assumptions.append(
