@@ -69,7 +69,25 @@ def load_config(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a config.json is a JSON object")
     data["__path__"] = str(p)
+    _merge_hf_quant(data, p.parent / "hf_quant_config.json")
     return data
+
+
+def _merge_hf_quant(cfg: dict[str, Any], beside: Path) -> None:
+    """NVIDIA ModelOpt checkpoints keep their quantisation in hf_quant_config.json beside
+    config.json ({"quantization": {"quant_algo": "NVFP4", "exclude_modules": [...]}}): read it
+    as the quantization_config when config.json has none."""
+    if cfg.get("quantization_config") or not beside.is_file():
+        return
+    try:
+        with open(beside, encoding="utf-8") as f:
+            hf = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{beside}: cannot read: {e}") from None
+    q = hf.get("quantization") if isinstance(hf, dict) else None
+    if not isinstance(q, dict):
+        raise ConfigError(f"{beside}: field 'quantization' missing: not a ModelOpt quant config")
+    cfg["quantization_config"] = {"quant_method": "modelopt", **q}
 
 
 @dataclass
@@ -100,6 +118,8 @@ class ModelShape:
     # a dense model's intermediate size; an MoE's top-k experts (their fused gate-up, act and
     # down outputs) plus its shared experts
     mlp_width: int = 0
+    moe_intermediate: int = 0  # one expert's intermediate size (0: no experts)
+    int4_layout: tuple[int, bool] = (INT4_GROUP, True)  # (group size, zero points stored)
 
     @property
     def params_total(self) -> float:
@@ -194,8 +214,15 @@ def _shape(
         ql = text.get("q_lora_rank")
         q = (h * ql + ql + ql * H * (nope + rope)) if ql else h * H * (nope + rope)
         attn = q + h * (mla[0] + rope) + mla[0] + mla[0] * H * (nope + v) + H * v * h
+        attn_modules = {
+            **({"q_a_proj": h * ql, "q_b_proj": ql * H * (nope + rope)} if ql else {"q_proj": q}),
+            "kv_a_proj_with_mqa": h * (mla[0] + rope),
+            "kv_b_proj": mla[0] * H * (nope + v),
+            "o_proj": H * v * h,
+        }
     else:
         attn = h * H * d + 2 * h * K * d + H * d * h
+        attn_modules = {"q_proj": h * H * d, "k_proj": h * K * d, "v_proj": h * K * d, "o_proj": H * d * h}
         if text.get("attention_bias") or mtype.startswith("qwen2") or mtype == "gpt_oss":
             attn += H * d + 2 * K * d + (h if mtype == "gpt_oss" else 0)
         if mtype == "gpt_oss":
@@ -291,9 +318,25 @@ def _shape(
             partial.append("vision tower estimated from its hidden size, depth and MLP width")
     quantizable = L * attn + dense_mlp + expert_params
     kept = embed + norms + router + vision
-    if not mla and quantization is None:
+    if quantization is None:
         # modules the checkpoint keeps at the model dtype: counted at the model dtype
-        unq, note = _not_converted(cfg, text, L, h, H, K, d, attn, i_dense, is_moe)
+        moe_block = "block_sparse_moe" if mtype in ("mixtral", "minimax", "minimax_m2") else "mlp"
+        shared_name = "shared_experts" if text.get("n_shared_experts") else "shared_expert"
+
+        def layer_modules(layer: int) -> list[tuple[str, float, str]]:
+            """(module name, parameters, kind) of one decoder layer's linear layers; one
+            representative expert stands for all of them."""
+            pre = f"model.layers.{layer}."
+            out = [(f"{pre}self_attn.{k}", float(n), "attention") for k, n in attn_modules.items()]
+            proj = ("gate_proj", "up_proj", "down_proj")
+            if not is_moe(layer):
+                return out + [(f"{pre}mlp.{k}", float(h * i_dense), "mlp") for k in proj]
+            if shared_i:
+                out += [(f"{pre}mlp.{shared_name}.{k}", float(h * shared_i), "shared") for k in proj]
+            ex = ("w1", "w3", "w2") if moe_block == "block_sparse_moe" else proj
+            return out + [(f"{pre}{moe_block}.experts.0.{k}", float(experts * h * i_moe), "experts") for k in ex]
+
+        unq, note = _not_converted(cfg, text, L, layer_modules)
         if unq:
             quantizable -= unq
             kept += unq
@@ -303,7 +346,7 @@ def _shape(
         i_dense if any(not is_moe(x) for x in range(L)) else 0,
         topk * (i_moe + h // 3) + shared_i if experts else 0,
     )
-    return _finish(
+    shape = _finish(
         width,
         cfg,
         text,
@@ -325,6 +368,8 @@ def _shape(
         kinds,
         window,
     )
+    shape.moe_intermediate = i_moe if experts else 0
+    return shape
 
 
 def context_limit(text: dict[str, Any]) -> int | None:
@@ -347,53 +392,57 @@ def context_limit(text: dict[str, Any]) -> int | None:
 
 
 def _not_converted(
-    cfg: dict[str, Any],
-    text: dict[str, Any],
-    L: int,
-    h: int,
-    H: int,
-    K: int,
-    d: int,
-    attn: float,
-    i_dense: int,
-    is_moe: Any,
+    cfg: dict[str, Any], text: dict[str, Any], L: int, layer_modules: Any
 ) -> tuple[float, str]:
     """Parameters of linear layers a quantised checkpoint leaves unquantised: fbgemm_fp8
     quantises only the MLPs (Llama 3.1 405B FP8: attention stays bf16), and
-    `modules_to_not_convert` / `ignored_layers` / `ignore` name modules (or `re:` patterns)."""
+    `modules_to_not_convert` / `ignored_layers` / `ignore` / `exclude_modules` name modules as
+    the engines match them: a full name or a module above it (`model.layers.3.self_attn`), a
+    glob (`model.layers.*.self_attn`), a `re:` pattern (`re:.*shared_experts.*`), or one bare
+    name component (`lm_head`, `gate`: the router, not `gate_proj`)."""
+    import fnmatch
+
     q = cfg.get("quantization_config") or text.get("quantization_config") or {}
     if not isinstance(q, dict) or not q:
         return 0.0, ""
     method = str(q.get("quant_method") or "").lower()
     listed = [
-        str(x) for key in ("modules_to_not_convert", "ignored_layers", "ignore") for x in q.get(key) or []
+        str(x)
+        for key in ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules")
+        for x in q.get(key) or []
     ]
-    sizes = {"q_proj": h * H * d, "k_proj": h * K * d, "v_proj": h * K * d, "o_proj": H * d * h}
-    mlp_sizes = {"gate_proj": h * i_dense, "up_proj": h * i_dense, "down_proj": h * i_dense}
-    attn_kept = method == "fbgemm_fp8"  # FFN-only FP8
-    total = L * attn if attn_kept else 0.0
-    if listed:
-        exact = {x for x in listed if not x.startswith("re:")}
-        patterns = []
-        for x in listed:
-            if x.startswith("re:"):
-                try:
-                    patterns.append(re.compile(x[3:]))
-                except re.error:
-                    continue
+    exact = {x for x in listed if not x.startswith("re:") and "*" not in x}
+    globs = [x for x in listed if "*" in x and not x.startswith("re:")]
+    patterns = []
+    for x in listed:
+        if x.startswith("re:"):
+            try:
+                patterns.append(re.compile(x[3:]))
+            except re.error:
+                continue
+    words = {x for x in exact if "." not in x}
+
+    def kept(name: str) -> bool:
+        parts = name.split(".")
+        if any(".".join(parts[:n]) in exact for n in range(1, len(parts) + 1)) or words & set(parts):
+            return True
+        if any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(name, g + ".*") for g in globs):
+            return True
+        return any(p.fullmatch(name) or p.fullmatch(name.replace(".0.", ".")) for p in patterns)
+
+    ffn_only = method == "fbgemm_fp8"  # FFN-only FP8: attention stays at the model dtype
+    total = 0.0
+    kinds: set[str] = set()
+    if listed or ffn_only:
         for layer in range(L):
-            names = [(f"model.layers.{layer}.self_attn.{k}", v, True) for k, v in sizes.items()]
-            if not is_moe(layer):
-                names += [(f"model.layers.{layer}.mlp.{k}", v, False) for k, v in mlp_sizes.items()]
-            for name, n, is_attn in names:
-                if attn_kept and is_attn:
-                    continue  # counted above
-                if name in exact or any(p.fullmatch(name) for p in patterns):
+            for name, n, kind in layer_modules(layer):
+                if (ffn_only and kind == "attention") or kept(name):
                     total += n
+                    kinds.add(kind)
     if not total:
         return 0.0, ""
-    what = "attention (FFN-only FP8)" if attn_kept else "the modules quantization_config leaves out"
-    return total, f"{total / 1e9:.2f} B parameters of {what} kept at the model dtype"
+    what = "attention (FFN-only FP8)" if ffn_only else "the modules quantization_config leaves out"
+    return total, f"{total / 1e9:.2f} B parameters of {what} kept at the model dtype ({', '.join(sorted(kinds))})"
 
 
 def _finish(
@@ -427,10 +476,16 @@ def _finish(
         method = (
             "fp8"
             if "float" in fmt and '"num_bits": 8' in fmt
+            else "nvfp4"
+            if "float" in fmt and '"num_bits": 4' in fmt
             else "int4"
             if '"num_bits": 4' in fmt
             else "int8"
         )
+    elif method == "modelopt":
+        algo = str(qcfg.get("quant_algo") or "fp8").lower()
+        method = "nvfp4" if "fp4" in algo else "int4" if "w4a" in algo or "int4" in algo else "fp8"
+    layout = _int4_layout(qcfg) if method in ("int4", "awq", "gptq") and not quantization else None
     if method and method not in QUANT_BYTES:
         partial.append(f"quantization {method!r} unknown here: weights sized at the model dtype")
         method = None
@@ -466,7 +521,33 @@ def _finish(
         expert_params=expert_params,
         partial=partial,
         mlp_width=mlp_width or 4 * h,
+        int4_layout=layout or (INT4_GROUP, True),
     )
+
+
+def _int4_layout(q: dict[str, Any]) -> tuple[int, bool]:
+    """(group size, whether zero points are stored) of an int4 checkpoint: GPTQ and AWQ store
+    packed zeros even when symmetric; compressed-tensors stores none when symmetric (Kimi K2.5:
+    group 32, symmetric → 0.5625 bytes a weight, not 0.52)."""
+    w: dict[str, Any] = {}
+    for g in (q.get("config_groups") or {}).values():
+        if isinstance(g, dict) and isinstance(g.get("weights"), dict):
+            w = g["weights"]
+            break
+    group = w.get("group_size", q.get("group_size", q.get("q_group_size", INT4_GROUP)))
+    try:
+        group = int(group)
+    except (TypeError, ValueError):
+        group = INT4_GROUP
+    if group <= 0:
+        group = 1 << 30  # per channel: one scale per output row, negligible per weight
+    zeros = not bool(w.get("symmetric")) if w else True
+    return group, zeros
+
+
+def int4_bytes(s: ModelShape) -> float:
+    group, zeros = s.int4_layout
+    return 0.5 + (2 + (0.5 if zeros else 0.0)) / group
 
 
 def weight_bytes(s: ModelShape) -> float:
@@ -476,7 +557,7 @@ def weight_bytes(s: ModelShape) -> float:
         return float(s.exact_bytes)
     if s.quant == "mxfp4":  # gpt-oss: only the experts are MXFP4
         return s.expert_params * QUANT_BYTES["mxfp4"] + (s.params_total - s.expert_params) * s.dtype_bytes
-    per = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
+    per = int4_bytes(s) if s.quant in ("int4", "awq", "gptq") else QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
     return s.params_quantizable * per + s.params_kept * s.dtype_bytes
 
 
@@ -502,6 +583,17 @@ def stage_weight_bytes(s: ModelShape, pp: int) -> list[float]:
     out[0] += emb
     out[-1] += emb
     return out
+
+
+def expert_padding_bytes(s: ModelShape, tp: int) -> float:
+    """Bytes vLLM's MXFP4 MoE kernels add to the experts of the whole model at this TP size: each
+    expert's hidden size is padded to a multiple of 256 and its intermediate size per rank to a
+    multiple of 64 (gpt-oss: 2880 → 3072; measured 13.72 GiB for a 12.8 GiB checkpoint)."""
+    if s.quant != "mxfp4" or not s.moe_intermediate:
+        return 0.0
+    i = s.moe_intermediate / tp
+    grown = (-(-s.hidden // 256) * 256) * (-(-int(i) // 64) * 64) / (s.hidden * i)
+    return s.expert_params * QUANT_BYTES["mxfp4"] * (grown - 1)
 
 
 def kv_bytes_per_token(s: ModelShape, kv_dtype: str = "auto", tp: int = 1) -> float:
@@ -795,7 +887,8 @@ def _evaluate(p: Plan) -> Plan:
     p.reasons, p.assumptions, p.what_would = [], [], []
     shards = tp * pp
     stages = stage_weight_bytes(s, pp)
-    p.weights_gib_per_gpu = max(stages) / tp / GIB  # the heaviest pipeline stage must fit
+    padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
+    p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
     if engine == "sglang":
         p.activation_gib = p.overhead_gib = 0.0  # outside SGLang's static fraction
     else:
@@ -842,13 +935,19 @@ def _evaluate(p: Plan) -> Plan:
             else f"weights: {s.params_total / 1e9:.2f} B parameters, "
             + (f"{s.quant} linear layers" if s.quant else f"{s.dtype_bytes:g} bytes each")
             + (
-                f" (int4 group size {INT4_GROUP} for scales/zeros)"
+                f" (int4 group size {s.int4_layout[0]}"
+                + (", scales and zeros)" if s.int4_layout[1] else ", scales, no zeros)")
                 if s.quant in ("int4", "awq", "gptq")
                 else ""
             )
             + " (config arithmetic: give --weights DIR for the checkpoint's own size)"
         ),
         f"activation peak estimated for max_num_batched_tokens={batched}, max_num_seqs={seqs}",
+        *(
+            [f"MXFP4 experts padded by the kernels: +{padding / tp / GIB:.2f} GiB per GPU"]
+            if padding
+            else []
+        ),
         f"KV per token per GPU {per_tok / 1024:.1f} KiB ({'MLA latent, replicated' if s.mla else 'KV heads split over TP'})",
     ]
     if s.heads % tp:

@@ -87,10 +87,6 @@ MISSES = {
     # SGLang's "mem usage" is the drop in free memory while loading; with the vision tower
     # the checkpoint is 15.4 GiB (8.29 B parameters in bf16), which is what the plan says.
     "sglang-220-healthy-qwen25-vl-7b-docs-vision-notebook": "SGLang's mem usage is below the checkpoint's bytes",
-    # The MXFP4 MoE kernels pad the experts' hidden size (2880) for alignment: the engine holds
-    # 6-8 % more than the checkpoint's 12.8 / 60.8 GiB, which the plan (the checkpoint) says.
-    "vllm-411-healthy-v013-ngc-gb10-mxfp4": "MXFP4 experts padded by the kernels",
-    "vllm-219-weights-format-gpt-oss-harmony-invalid-tiktoken-vocab-offline-tp2-v0151": "MXFP4 experts padded by the kernels",
 }
 
 pytestmark = pytest.mark.skipif(not CONFIGS.is_dir(), reason="../shared/reference is not here")

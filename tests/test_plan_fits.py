@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from diagnose.budget import GIB as GIB_
 from diagnose.budget import fp8_supported
 
 from .conftest import REFERENCE, run
@@ -239,6 +240,79 @@ def test_modules_to_not_convert_and_ignore_patterns_are_counted(tmp_path):  # ty
     cfg_path = tmp_path / "config.json"
     cfg_path.write_text(json.dumps(cfg))
     assert load_config(str(cfg_path))  # the file form reads the same
+
+
+def test_exclusions_match_as_the_engines_match_them():  # type: ignore[no-untyped-def]
+    """A module above the layer (`model.layers.3.self_attn`), a glob (`model.layers.*.self_attn`,
+    ModelOpt's `self_attn*`), a bare component (`gate` is the router, never `gate_proj`) and `re:`
+    patterns over shared experts (Kimi K2.5 keeps attention, shared experts and dense MLPs in
+    bf16)."""
+    from diagnose.budget import load_config, shape_from_config, weight_bytes
+
+    cfg = json.loads((CONFIGS / "Qwen-Qwen3-32B-FP8.json").read_text())
+    base = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
+    h, H, K, d, L = (
+        cfg[k]
+        for k in (
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "num_hidden_layers",
+        )
+    )
+    attn = 2 * h * H * d + 2 * h * K * d
+    for listed, grown in (
+        (["model.layers.3.self_attn"], attn),
+        (["model.layers.*.self_attn"], L * attn),
+        (["model.layers.0.self_attn*"], attn),
+        (["gate", "lm_head"], 0),
+    ):
+        cfg["quantization_config"]["ignored_layers"] = listed
+        got = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"})) - base
+        assert got == pytest.approx(grown), listed
+    kimi = shape_from_config(load_config(str(CONFIGS / "moonshotai-Kimi-K2.5.json")))
+    note = next(p for p in kimi.partial if "kept at the model dtype" in p)
+    assert "attention" in note and "shared" in note and "mlp" in note
+    # 9.2 B parameters kept in bf16, the experts int4 with one bf16 scale per 32 weights and no
+    # zeros (symmetric): 594 GB, the published checkpoint's size
+    assert kimi.int4_layout == (32, False)
+    assert weight_bytes(kimi) / 1e9 == pytest.approx(594, rel=0.01)
+
+
+def test_modelopt_nvfp4_from_config_or_hf_quant_config(tmp_path):  # type: ignore[no-untyped-def]
+    """ModelOpt names its algorithm in quant_algo (NVFP4 is 4.5 bits, not FP8), in config.json
+    or in hf_quant_config.json beside it; attention it excludes by glob stays bf16."""
+    from diagnose.budget import load_config, shape_from_config, weight_bytes
+
+    mm = shape_from_config(load_config(str(CONFIGS / "nvidia-MiniMax-M2.5-NVFP4.json")))
+    assert mm.quant == "nvfp4" and any("(attention)" in p for p in mm.partial)
+    fp8 = shape_from_config(load_config(str(CONFIGS / "MiniMaxAI-MiniMax-M2.5.json")))
+    assert 0.55 < weight_bytes(mm) / weight_bytes(fp8) < 0.62
+    (tmp_path / "config.json").write_text((CONFIGS / "nvidia-Qwen3-235B-A22B-NVFP4.json").read_text())
+    (tmp_path / "hf_quant_config.json").write_text(
+        (CONFIGS / "nvidia-Qwen3-235B-A22B-NVFP4_hf_quant.json").read_text()
+    )
+    q = shape_from_config(load_config(str(tmp_path)))
+    assert q.quant == "nvfp4"
+    assert weight_bytes(q) / GIB_ == pytest.approx(q.params_total * 0.5625 / GIB_, rel=0.03)
+    (tmp_path / "hf_quant_config.json").write_text("{}")
+    with pytest.raises(Exception, match="hf_quant_config.json: field 'quantization' missing"):
+        load_config(str(tmp_path))
+
+
+def test_mxfp4_experts_are_padded_as_the_kernels_pad_them():  # type: ignore[no-untyped-def]
+    """gpt-oss: hidden 2880 → 3072, intermediate per rank to a multiple of 64; vLLM measured 13.72
+    GiB (20b) and 32.98 GiB per GPU at TP 2 (120b) for 12.8 / 60.8 GiB checkpoints."""
+    from diagnose.budget import expert_padding_bytes, load_config, plan, shape_from_config
+
+    s20 = shape_from_config(load_config(str(CONFIGS / "openai-gpt-oss-20b.json")))
+    s120 = shape_from_config(load_config(str(CONFIGS / "openai-gpt-oss-120b.json")))
+    assert plan(s20, 1, 80, tp=1).weights_gib_per_gpu == pytest.approx(13.72, rel=0.03)
+    assert plan(s120, 2, 80, tp=2).weights_gib_per_gpu == pytest.approx(32.98, rel=0.03)
+    assert expert_padding_bytes(s120, 2) > expert_padding_bytes(s120, 1) > 0
+    dense = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-8B.json")))
+    assert expert_padding_bytes(dense, 1) == 0
 
 
 def test_rope_scaling_extends_the_context_limit():  # type: ignore[no-untyped-def]
