@@ -297,7 +297,7 @@ def test_modelopt_nvfp4_from_config_or_hf_quant_config(tmp_path):  # type: ignor
     assert q.quant == "nvfp4"
     assert weight_bytes(q) / GIB_ == pytest.approx(q.params_total * 0.5625 / GIB_, rel=0.03)
     (tmp_path / "hf_quant_config.json").write_text("{}")
-    with pytest.raises(Exception, match="hf_quant_config.json: field 'quantization' missing"):
+    with pytest.raises(Exception, match=r"hf_quant_config\.json: field 'quantization' missing"):
         load_config(str(tmp_path))
 
 
