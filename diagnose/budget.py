@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,10 @@ from typing import Any
 from .errors import InputError
 
 GIB = 1 << 30
+# nvidia-smi's memory.total is more than the CUDA runtime (and so torch and the engines) sees:
+# RTX 3090 24,576 MiB vs 23.69 GiB, T4 15,360 MiB vs 14.56 GiB, H100 81,559 MiB vs 79.18 GiB,
+# H200 143,771 MiB vs 139.72 GiB, A100 80GB 81,920 MiB vs 79.25 GiB (real logs): 0.3-0.75 GiB.
+CUDA_UNSEEN_GIB = 0.45
 INT4_GROUP = 128  # GPTQ/AWQ group size assumed for scales and zeros
 DTYPE_BYTES = {
     "bfloat16": 2,
@@ -46,7 +51,73 @@ QUANT_BYTES = {
     "gptq": 0.5 + (2 + 0.5) / INT4_GROUP,
     "fbgemm_fp8": 1.0,  # Meta's FP8 checkpoints: the MLPs only (see _not_converted)
     "modelopt": 1.0,  # NVIDIA ModelOpt FP8 (quant_algo FP8)
+    # GGUF (Ollama, llama.cpp): bits per weight of the whole file, mixed tensor types included
+    "iq2_m": 2.70 / 8,
+    "iq3_s": 3.44 / 8,
+    "iq3_m": 3.66 / 8,
+    "iq4_xs": 4.25 / 8,
+    "iq4_nl": 4.50 / 8,
+    "q2_k": 3.35 / 8,
+    "q3_k_m": 3.91 / 8,
+    "q4_0": 4.55 / 8,
+    "q4_k_m": 4.89 / 8,
+    "q5_k_m": 5.70 / 8,
+    "q6_k": 6.59 / 8,
+    "q8_0": 8.50 / 8,
+    "f16": 2.0,
 }
+GGUF_TYPES = {
+    "iq2_m",
+    "iq3_s",
+    "iq3_m",
+    "iq4_xs",
+    "iq4_nl",
+    "q2_k",
+    "q3_k_m",
+    "q4_0",
+    "q4_k_m",
+    "q5_k_m",
+    "q6_k",
+    "q8_0",
+    "f16",
+}
+GGUF_DEFAULT = "q4_k_m"  # what Ollama's library tags and most published GGUF files carry
+
+
+@dataclass
+class EngineUnits:
+    """How an engine sizes its memory and spells its launch: its profile's `memory` section
+    (kv_budget, launch, context), flags and defaults (engines.KV_BUDGETS says what each means)."""
+
+    engine: str
+    kv_budget: str = "total"
+    launch: str | None = None
+    flags: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    context: str = "per_sequence"  # llama.cpp: one context shared by its slots ("shared")
+    reserve_gib: float = 0.5  # layer-offload engines: memory a GPU keeps beyond the layers
+
+
+def engine_units(engine: str, profiles: Any = None) -> EngineUnits:
+    """The engine's units from its profile (the shipped ones unless `profiles` is given)."""
+    if profiles is None:
+        from .engines import load_profiles
+
+        profiles = load_profiles()
+    prof = profiles.by_engine.get(engine)
+    if prof is None:
+        known = ", ".join(sorted(profiles.by_engine))
+        raise InputError(f"--engine {engine}: no such engine (known: {known})")
+    m = prof.memory
+    return EngineUnits(
+        engine=engine,
+        kv_budget=m.get("kv_budget", "total"),
+        launch=m.get("launch"),
+        flags=dict(prof.flags),
+        defaults=dict(prof.defaults),
+        context=m.get("context", "per_sequence"),
+        reserve_gib=float(m.get("reserve_gib", 0.5)),
+    )
 
 
 class ConfigError(InputError):
@@ -120,6 +191,9 @@ class ModelShape:
     mlp_width: int = 0
     moe_intermediate: int = 0  # one expert's intermediate size (0: no experts)
     int4_layout: tuple[int, bool] = (INT4_GROUP, True)  # (group size, zero points stored)
+    # full-attention layers with their own KV shape (Gemma 4: global_head_dim 512 and
+    # num_global_key_value_heads): (kv heads, head dim); None when they match the others
+    global_kv: tuple[int, int] | None = None
 
     @property
     def params_total(self) -> float:
@@ -334,7 +408,9 @@ def _shape(
             if shared_i:
                 out += [(f"{pre}mlp.{shared_name}.{k}", float(h * shared_i), "shared") for k in proj]
             ex = ("w1", "w3", "w2") if moe_block == "block_sparse_moe" else proj
-            return out + [(f"{pre}{moe_block}.experts.0.{k}", float(experts * h * i_moe), "experts") for k in ex]
+            return out + [
+                (f"{pre}{moe_block}.experts.0.{k}", float(experts * h * i_moe), "experts") for k in ex
+            ]
 
         unq, note = _not_converted(cfg, text, L, layer_modules)
         if unq:
@@ -369,6 +445,10 @@ def _shape(
         window,
     )
     shape.moe_intermediate = i_moe if experts else 0
+    gd = int(text.get("global_head_dim") or 0)
+    gh = int(text.get("num_global_key_value_heads") or 0)
+    if (gd or gh) and (gd or d, gh or K) != (d, K):
+        shape.global_kv = (gh or K, gd or d)
     return shape
 
 
@@ -442,7 +522,10 @@ def _not_converted(
     if not total:
         return 0.0, ""
     what = "attention (FFN-only FP8)" if ffn_only else "the modules quantization_config leaves out"
-    return total, f"{total / 1e9:.2f} B parameters of {what} kept at the model dtype ({', '.join(sorted(kinds))})"
+    return (
+        total,
+        f"{total / 1e9:.2f} B parameters of {what} kept at the model dtype ({', '.join(sorted(kinds))})",
+    )
 
 
 def _finish(
@@ -557,7 +640,11 @@ def weight_bytes(s: ModelShape) -> float:
         return float(s.exact_bytes)
     if s.quant == "mxfp4":  # gpt-oss: only the experts are MXFP4
         return s.expert_params * QUANT_BYTES["mxfp4"] + (s.params_total - s.expert_params) * s.dtype_bytes
-    per = int4_bytes(s) if s.quant in ("int4", "awq", "gptq") else QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
+    if s.quant in GGUF_TYPES:  # every tensor of a GGUF file is in its mix, embeddings too
+        return s.params_total * QUANT_BYTES[s.quant]
+    per = (
+        int4_bytes(s) if s.quant in ("int4", "awq", "gptq") else QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
+    )
     return s.params_quantizable * per + s.params_kept * s.dtype_bytes
 
 
@@ -602,7 +689,24 @@ def kv_bytes_per_token(s: ModelShape, kv_dtype: str = "auto", tp: int = 1) -> fl
     if s.mla:
         return s.attn_layers * (s.mla[0] + s.mla[1]) * b  # one latent per layer, replicated on every rank
     kv_per_gpu = max(1, s.kv_heads // tp) if tp > 1 else s.kv_heads
+    if s.global_kv:
+        gh, gd = s.global_kv
+        full = s.attn_layers - s.window_layers
+        g_per_gpu = max(1, gh // tp) if tp > 1 else gh
+        return 2 * (full * g_per_gpu * gd + s.window_layers * kv_per_gpu * s.head_dim) * b
     return 2 * s.attn_layers * kv_per_gpu * s.head_dim * b
+
+
+def kv_bytes_for(s: ModelShape, tokens_per_seq: int, seqs: int, kv_dtype: str = "auto") -> float:
+    """Bytes a cache of `seqs` sequences of `tokens_per_seq` tokens allocates when sliding-window
+    layers keep only their window (llama.cpp, Ollama: a window plus one batch per sequence)."""
+    per_token = kv_bytes_per_token(s, kv_dtype, 1)
+    if not s.window_layers or not s.window or s.mla:
+        return per_token * tokens_per_seq * seqs
+    one = dataclasses.replace(s, attn_layers=s.window_layers, window_layers=s.window_layers, global_kv=None)
+    window_part = kv_bytes_per_token(one, kv_dtype, 1)
+    kept = min(tokens_per_seq, s.window + 512)
+    return ((per_token - window_part) * tokens_per_seq + window_part * kept) * seqs
 
 
 @dataclass
@@ -621,6 +725,8 @@ class Plan:
     engine: str
     engine_version: str | None = None
     eager: bool = False  # no CUDA graphs: none to subtract
+    units: EngineUnits | None = None
+    gpu_layers: int = 0  # layer-offload engines: layers on the GPUs (of layers + 1, the output)
     weights_gib_per_gpu: float = 0.0
     activation_gib: float = 0.0
     overhead_gib: float = 0.0
@@ -659,6 +765,13 @@ class Plan:
             "partial": self.shape.partial,
             "assumptions": self.assumptions,
             "weights_from": self.shape.exact_from or "config arithmetic",
+            "engine": self.engine,
+            "kv_budget": self.units.kv_budget if self.units else "total",
+            **(
+                {"gpu_layers": self.gpu_layers, "layers": self.shape.layers + 1}
+                if self.units and self.units.kv_budget == "layers"
+                else {}
+            ),
             # a launch only when it fits: anything else would be a command that cannot work
             "launch": launch_text(self) if self.fits else None,
         }
@@ -673,8 +786,9 @@ class Plan:
 #    whose PyTorch-native path sorts the logits (values and int64 indices), then scatters and
 #    softmaxes them: 8.5 copies (0.10.2: 5.58 GiB measured for 1,024 × 151,936 logits with a
 #    0.66 GiB forward). Later versions measure about 2.5 copies (0.17.1, 0.22.1).
-#  - V0 profiles one sampler pass over plain logits (0.6.4: 2.99 GiB for 29,000 tokens).
-SAMPLER_COPIES = {"v0": 1.0, "v1-sorting": 8.5, "v1": 2.5}
+#  - V0 profiles one sampler pass over plain logits (0.6.4: 2.99 GiB for 29,000 tokens); other
+#    engines hold one fp32 logits buffer for their batch (TensorRT-LLM, TGI, LMDeploy).
+SAMPLER_COPIES = {"one": 1.0, "v1-sorting": 8.5, "v1": 2.5}
 # Memory outside torch's allocator that the budget subtracts. V1 (0.8+) counts only what
 # profiling adds (0.02-0.07 GiB measured on one GPU; NCCL and custom all-reduce buffers with
 # TP), not the CUDA context; V0 from 0.6.4 counted the process's whole non-torch use (0.35 GiB
@@ -723,8 +837,8 @@ def _patch(version: str | None) -> tuple[int, int, int]:
 
 
 def _sampler_kind(engine: str, version: str | None) -> str:
-    if engine == "vllm" and engine_generation(version) == "v0":
-        return "v0"
+    if engine not in ("vllm", "generic") or engine_generation(version) == "v0":
+        return "one"
     v = version_tuple(version)
     return "v1-sorting" if v is not None and v < (0, 12) else "v1"
 
@@ -736,7 +850,11 @@ def overhead_gib(engine: str, version: str | None, shards: int, seqs: int, eager
         return 0.75 + (0.5 if shards > 1 else 0.0)
     gen = engine_generation(version) or "v1"
     v = version_tuple(version)
-    kind = "v0-free-memory" if gen == "v0" and v is not None and v < (0, 7) and _patch(version) < (0, 6, 4) else gen
+    kind = (
+        "v0-free-memory"
+        if gen == "v0" and v is not None and v < (0, 7) and _patch(version) < (0, 6, 4)
+        else gen
+    )
     out = NON_TORCH_GIB[kind] + (TP_BUFFERS_GIB if shards > 1 else 0.0)
     if gen == "v1" and not eager and (v is None or v >= (0, 21)):
         out += GRAPHS_GIB if seqs >= 32 else GRAPHS_FEW_SEQS_GIB
@@ -760,14 +878,37 @@ def plan(
     engine_version: str | None = None,
     chunked_prefill: bool | None = None,
     eager: bool = False,
+    units: EngineUnits | None = None,
 ) -> Plan:
-    util = util if util is not None else (0.88 if engine == "sglang" else 0.9)
-    length = int(max_model_len or s.max_position or 4096)
-    _, default_seqs, _ = engine_defaults(engine, engine_version, gpu_total_gib, gpu_name)
+    units = units or engine_units(engine)
+    engine = units.engine
+    util = util if util is not None else float(units.defaults.get("gpu_memory_utilization") or 0.9)
+    gguf_note = None
+    if units.kv_budget == "layers":
+        if s.quant not in GGUF_TYPES:
+            gguf_note = (
+                f"weights as GGUF {GGUF_DEFAULT.upper()} ({QUANT_BYTES[GGUF_DEFAULT] * 8:.2f} bits a weight)"
+                + (f", not {s.quant}" if s.quant else "")
+                + ": give --quantization q8_0, q6_k, q5_k_m, q4_0… for the file's own type"
+            )
+            s = dataclasses.replace(s, quant=GGUF_DEFAULT, exact_bytes=None, exact_from=None)
+        length = int(
+            max_model_len or units.defaults.get("max_model_len") or min(4096, s.max_position or 4096)
+        )
+        default_seqs = int(units.defaults.get("max_num_seqs") or 1)
+    else:
+        length = int(max_model_len or s.max_position or 4096)
+        _, default_seqs, _ = engine_defaults(engine, engine_version, gpu_total_gib, gpu_name)
+        if engine not in ("vllm", "generic") and units.defaults.get("max_num_seqs"):
+            default_seqs = int(units.defaults["max_num_seqs"])
     seqs = max_num_seqs or default_seqs
-    batched, batched_why = profiled_tokens(
-        engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib, gpu_name
-    )
+    own_batch = units.defaults.get("max_num_batched_tokens") if engine not in ("vllm", "generic") else None
+    if own_batch and not max_num_batched_tokens:
+        batched, batched_why = int(own_batch), f"{engine}: {own_batch} tokens a prefill step (its default)"
+    else:
+        batched, batched_why = profiled_tokens(
+            engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib, gpu_name
+        )
     base = Plan(
         s,
         gpus,
@@ -784,7 +925,16 @@ def plan(
         gpu_name=gpu_name,
         engine_version=engine_version,
         eager=eager,
+        units=units,
     )
+    if units.kv_budget == "layers":
+        base.tp = tp or 1
+        chosen = _evaluate(base)
+        if not chosen.fits:
+            chosen.what_would = _what_would_layers(chosen)
+        if gguf_note:
+            chosen.assumptions.insert(0, gguf_note)
+        return chosen
     candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
     chosen = base
     for t in candidates:
@@ -843,34 +993,66 @@ def profiled_tokens(
     return n, f"{src}: max_num_batched_tokens defaults to {n} on {where}"
 
 
+def _fitting(q: Plan) -> tuple[Plan, int | None]:
+    """The plan if it fits; else, when its weights fit and only the context does not, the same
+    plan at the longest context its KV cache holds (and that length); else the plan, None."""
+    if q.fits or q.kv_gib_per_gpu < 0:
+        return q, None
+    shorter = min(q.kv_tokens // 1024 * 1024, q.shape.max_position or q.max_model_len)
+    if 1024 <= shorter < q.max_model_len:
+        r = _variant(q, max_model_len=shorter)
+        if r.fits:
+            return r, shorter
+    return q, None
+
+
 def _what_would(p: Plan) -> list[str]:
-    """When nothing fits: the nearest launches that would."""
+    """When nothing fits: the nearest launches that would, in the engine's own flags."""
     s = p.shape
+    flags = p.units.flags if p.units else {}
+    ctx_flag = flags.get("max_model_len", "--max-model-len")
     out: list[str] = []
     fp8 = fp8_supported(p.gpu_name)
-    shorter = min(p.kv_tokens // 1024 * 1024, p.max_model_len, s.max_position or p.max_model_len)
-    if 1024 <= shorter < p.max_model_len and _variant(p, max_model_len=shorter).fits:
-        out.append(f"a shorter context: --max-model-len {shorter} at tp={p.tp}")
-    if p.kv_dtype in ("auto", "") and not s.mla and fp8 is not False:
+    q, shorter = _fitting(p)
+    if shorter:
+        out.append(f"a shorter context: {ctx_flag} {shorter} at tp={p.tp}")
+    if any(r.startswith("activations need") for r in p.reasons):
+        free = p.gpu_total_gib - p.used_gib - p.weights_gib_per_gpu - p.overhead_gib
+        share = math.floor((1 - p.activation_gib / free) * 20) / 20 if free > 0 else 0.0
+        if share >= 0.3 and _variant(p, util=share).fits:
+            util_flag = flags.get("gpu_memory_utilization", "gpu_memory_utilization")
+            out.append(f"a smaller KV share: {util_flag} {share:.2f} leaves the activations room")
+    kv_flag = flags.get("kv_cache_dtype")
+    if p.kv_dtype in ("auto", "") and not s.mla and fp8 is not False and kv_flag:
         q = _variant(p, kv_dtype="fp8")
         if q.fits:
-            out.append(f"an fp8 KV cache (--kv-cache-dtype fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
+            out.append(f"an fp8 KV cache ({kv_flag} fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
     valid_tps = [t for t in range(1, max(1, p.gpus // p.pp) + 1) if s.heads % t == 0]
     if s.quant is None:
-        fitting = (
-            q
-            for method in (("fp8", "int4") if fp8 is not False else ("int4",))
-            for t in valid_tps
-            if (q := _variant(p, shape=dataclasses.replace(s, quant=method), tp=t)).fits
-        )
-        q = next(fitting, None)
-        if q is not None:
-            out.append(f"{q.shape.quant} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={q.tp}")
+        for method in ("fp8", "int4") if fp8 is not False else ("int4",):
+            found = None
+            for t in valid_tps:
+                q, shorter = _fitting(_variant(p, shape=dataclasses.replace(s, quant=method), tp=t))
+                if q.fits:
+                    found = (q, shorter)
+                    break
+            if found:
+                q, shorter = found
+                out.append(
+                    f"{method} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={q.tp}"
+                    + (f" with {ctx_flag} {shorter}" if shorter else "")
+                )
+                if not shorter:
+                    break
     for t in [t for t in range(p.gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
-        q = _variant(p, tp=t, gpus=t * p.pp)
+        q, shorter = _fitting(_variant(p, tp=t, gpus=t * p.pp))
         if q.fits:
-            out.append(f"more GPUs: tp={t} on {t * p.pp} GPUs of {p.gpu_total_gib:g} GiB")
-            break
+            out.append(
+                f"more GPUs: tp={t} on {t * p.pp} GPUs of {p.gpu_total_gib:g} GiB"
+                + (f" with {ctx_flag} {shorter}" if shorter else "")
+            )
+            if not shorter:
+                break
     return out
 
 
@@ -881,32 +1063,51 @@ def _variant(p: Plan, **inputs: Any) -> Plan:
 
 def _evaluate(p: Plan) -> Plan:
     """Fill the computed fields of a plan from its inputs."""
+    if p.units is not None and p.units.kv_budget == "layers":
+        return _evaluate_layers(p)
     s, gpus, total, used, tp, pp = p.shape, p.gpus, p.gpu_total_gib, p.used_gib, p.tp, p.pp
     util, length, seqs, batched = p.util, p.max_model_len, p.max_num_seqs, p.max_num_batched_tokens
     kv_dtype, engine = p.kv_dtype, p.engine
+    kind = p.units.kv_budget if p.units is not None else ("free_static" if engine == "sglang" else "total")
     p.reasons, p.assumptions, p.what_would = [], [], []
     shards = tp * pp
     stages = stage_weight_bytes(s, pp)
     padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
     p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
-    if engine == "sglang":
+    if kind == "free_static":
         p.activation_gib = p.overhead_gib = 0.0  # outside SGLang's static fraction
     else:
         p.activation_gib = activation_gib(s, batched, seqs, tp, engine, p.engine_version)
         p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
-    if engine == "sglang":
-        budget = (total - used) * util  # weights + KV pool share of the memory free at start
+    share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization') if p.units else 'util'} {util}"
+
+    def kv_room(stage_weights_gib: float) -> float:
+        """GiB of KV cache on a GPU holding these weights."""
+        if kind == "free_static":
+            return (total - used) * util - stage_weights_gib
+        if kind == "free_after_weights":
+            after = total - used - stage_weights_gib - p.overhead_gib
+            if engine in ("trtllm", "tgi"):  # activation buffers are taken before the share
+                return util * (after - p.activation_gib)
+            return util * after  # LMDeploy: activations live in the rest
+        return total * util - used - p.activation_gib - p.overhead_gib - stage_weights_gib
+
+    if kind == "free_static":
         p.assumptions.append(
-            f"SGLang: weights + KV pool = mem_fraction_static {util} × free memory; activations "
-            "and CUDA graphs use the rest"
+            f"{engine}: weights + KV pool = {share} × free memory; activations and CUDA graphs use the rest"
+        )
+    elif kind == "free_after_weights":
+        p.assumptions.append(
+            f"{engine}: KV cache = {share} × the memory free after the weights"
+            + (" and activation buffers" if engine in ("trtllm", "tgi") else "; activations use the rest")
         )
     else:
-        budget = total * util - used - p.activation_gib - p.overhead_gib
         p.assumptions.append(
-            f"vLLM: KV = total × {util} − weights − activation peak − non-torch/graphs; memory "
+            f"{engine}: KV = total × {util} − weights − activation peak − non-torch/graphs; memory "
             "used by other processes is subtracted"
         )
-    p.kv_gib_per_gpu = budget - p.weights_gib_per_gpu
+    p.kv_gib_per_gpu = kv_room(p.weights_gib_per_gpu)
+    budget = p.kv_gib_per_gpu + p.weights_gib_per_gpu
     per_tok = kv_bytes_per_token(s, kv_dtype, tp) / pp
     # each stage caches its own layers: the one with the least room per token decides
     per_layer = kv_bytes_per_token(s, kv_dtype, tp) / max(1, s.layers)
@@ -914,7 +1115,7 @@ def _evaluate(p: Plan) -> Plan:
         max(
             0,
             min(
-                int((budget * GIB - w / tp) / (per_layer * max(1, n)))
+                int(kv_room((w + padding / max(1, pp)) / tp / GIB) * GIB / (per_layer * max(1, n)))
                 for w, n in zip(stages, stage_layers(s.layers, pp), strict=True)
             ),
         )
@@ -943,11 +1144,7 @@ def _evaluate(p: Plan) -> Plan:
             + " (config arithmetic: give --weights DIR for the checkpoint's own size)"
         ),
         f"activation peak estimated for max_num_batched_tokens={batched}, max_num_seqs={seqs}",
-        *(
-            [f"MXFP4 experts padded by the kernels: +{padding / tp / GIB:.2f} GiB per GPU"]
-            if padding
-            else []
-        ),
+        *([f"MXFP4 experts padded by the kernels: +{padding / tp / GIB:.2f} GiB per GPU"] if padding else []),
         f"KV per token per GPU {per_tok / 1024:.1f} KiB ({'MLA latent, replicated' if s.mla else 'KV heads split over TP'})",
     ]
     if s.heads % tp:
@@ -956,9 +1153,21 @@ def _evaluate(p: Plan) -> Plan:
         p.reasons.append(f"{pp} pipeline stages for {s.layers} layers: a stage would hold none")
     if shards > gpus:
         p.reasons.append(f"{shards} GPUs needed (tp × pp), {gpus} visible")
-    if p.weights_gib_per_gpu > budget:
+    if p.kv_gib_per_gpu < 0:
         p.reasons.append(
             f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
+            if kind != "free_after_weights"
+            else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, "
+            f"{total - used - p.overhead_gib:.1f} GiB are free"
+        )
+    elif (
+        kind == "free_after_weights"
+        and engine == "lmdeploy"
+        and p.activation_gib > (1 - util) * (total - used - p.weights_gib_per_gpu - p.overhead_gib)
+    ):
+        p.reasons.append(
+            f"activations need {p.activation_gib:.1f} GiB, the {1 - util:.2f} left beside the KV cache "
+            f"is {(1 - util) * (total - used - p.weights_gib_per_gpu - p.overhead_gib):.1f} GiB"
         )
     elif p.kv_tokens < length:
         p.reasons.append(f"the KV cache holds {p.kv_tokens} tokens, less than one request of {length}")
@@ -968,6 +1177,92 @@ def _evaluate(p: Plan) -> Plan:
         )
     p.fits = not p.reasons
     return p
+
+
+def _evaluate_layers(p: Plan) -> Plan:
+    """Ollama and llama.cpp: how many layers (of the repeating ones plus the output layer) fit on
+    the GPUs beside their share of the context's KV cache and the compute graph. The token
+    embeddings stay on the CPU; a layer that does not fit runs on the CPU (slower, not a failure)."""
+    s, units = p.shape, p.units
+    assert units is not None
+    p.reasons, p.assumptions, p.what_would = [], [], []
+    bpw = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
+    embed = s.vocab * s.hidden * bpw
+    output = s.vocab * s.hidden * bpw
+    repeating = max(0.0, weight_bytes(s) - embed - (0 if s.tied else output)) / max(1, s.layers)
+    seqs = p.max_num_seqs
+    tokens = p.max_model_len * (seqs if units.context == "per_sequence" else 1)
+    per_seq = p.max_model_len if units.context == "per_sequence" else max(1, p.max_model_len // max(1, seqs))
+    kv_layer = kv_bytes_for(s, per_seq, seqs, p.kv_dtype) / max(1, s.layers)
+    graph = p.max_num_batched_tokens * (s.vocab + 4 * s.hidden) * 4 + (
+        p.max_num_batched_tokens * min(p.max_model_len, 8192) * s.heads * 2
+    )
+    room = max(0.0, p.gpus * (p.gpu_total_gib - p.used_gib - units.reserve_gib) * GIB - graph)
+    cost = repeating + kv_layer
+    n = min(s.layers, int(room // cost)) if cost else s.layers
+    p.gpu_layers = n + (1 if n == s.layers and room - n * cost >= output else 0)
+    on_gpu = n * repeating + (output if p.gpu_layers > s.layers else 0)
+    p.weights_gib_per_gpu = on_gpu / max(1, p.gpus) / GIB
+    p.kv_gib_per_gpu = n * kv_layer / max(1, p.gpus) / GIB
+    p.activation_gib = graph / GIB
+    p.overhead_gib = units.reserve_gib
+    p.kv_tokens = tokens
+    p.max_concurrency = float(p.max_num_seqs if units.context == "per_sequence" else 1)
+    p.longest_context_for_seqs = p.max_model_len
+    ctx_flag = units.flags.get("max_model_len", "max_model_len")
+    layers_flag = units.flags.get("gpu_layers", "gpu_layers")
+    p.assumptions += [
+        f"{p.engine}: layers on the GPU ({layers_flag}) each with its share of the KV cache for "
+        f"{tokens:,} tokens ({ctx_flag} {p.max_model_len}"
+        + (f" × {p.max_num_seqs} parallel" if units.context == "per_sequence" and p.max_num_seqs > 1 else "")
+        + "); token embeddings on the CPU",
+        f"weights: {weight_bytes(s) / GIB:.2f} GiB as {s.quant}, {repeating / GIB:.3f} GiB a layer",
+        f"compute graph {graph / GIB:.2f} GiB for a {p.max_num_batched_tokens}-token batch; "
+        f"{units.reserve_gib} GiB a GPU kept free (CUDA context, the engine's minimum)",
+    ]
+    if s.max_position and p.max_model_len > s.max_position:
+        p.reasons.append(
+            f"{ctx_flag} {p.max_model_len} is above the model's max_position_embeddings {s.max_position}"
+        )
+    if p.gpu_layers <= s.layers:
+        p.reasons.append(
+            f"{p.gpu_layers} of {s.layers + 1} layers fit on the GPU with {p.max_model_len:,} tokens of "
+            "context: the rest run on the CPU (it works, much slower)"
+        )
+    p.fits = not p.reasons
+    return p
+
+
+def _what_would_layers(p: Plan) -> list[str]:
+    s, units = p.shape, p.units
+    assert units is not None
+    out: list[str] = []
+    ctx_flag = units.flags.get("max_model_len", "max_model_len")
+    length = p.max_model_len // 1024 * 1024
+    while length >= 1024:
+        q = _variant(p, max_model_len=length)
+        if q.fits:
+            out.append(f"a shorter context: {ctx_flag} {length} puts all {s.layers + 1} layers on the GPU")
+            break
+        length -= 1024
+    if p.kv_dtype in ("auto", "", "f16"):
+        q = _variant(p, kv_dtype="q8_0")
+        if q.fits:
+            kv_flag = units.flags.get("kv_cache_dtype", "kv_cache_dtype")
+            out.append(f"a q8_0 KV cache ({kv_flag} q8_0, with flash attention) puts all layers on the GPU")
+    order = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "q3_k_m", "q2_k"]
+    if s.quant in order:
+        for smaller in order[order.index(s.quant) + 1 :]:
+            q = _variant(p, shape=dataclasses.replace(s, quant=smaller))
+            if q.fits:
+                out.append(
+                    f"a smaller file: {smaller.upper()} ({weight_bytes(q.shape) / GIB:.1f} GiB) fits whole"
+                )
+                break
+    if 0 < p.gpu_layers <= s.layers:
+        flag = units.flags.get("gpu_layers", "gpu_layers")
+        out.append(f"partial offload as is: {flag} {p.gpu_layers} ({p.gpu_layers} of {s.layers + 1} layers)")
+    return out
 
 
 # GPUs without FP8 (before Ampere: no FP8 kernels in the engines, not even weight-only Marlin)
@@ -984,33 +1279,49 @@ def fp8_supported(gpu_name: str | None) -> bool | None:
 
 
 def launch_text(p: Plan) -> str:
-    s = p.shape
+    """The launch in the engine's own spelling (its profile's launch head and flags): flags on
+    the command line, `env:` flags as variables before it, bare names (Ollama's num_ctx) as
+    Modelfile parameters. The generic engine gets its YAML config."""
+    s, units = p.shape, p.units or engine_units(p.engine)
+    layers = units.kv_budget == "layers"
     fit_len = p.max_model_len if p.kv_tokens >= p.max_model_len else max(1024, p.kv_tokens // 1024 * 1024)
     fit_len = min(fit_len, s.max_position or fit_len)
-    if p.engine == "sglang":
-        parts = [
-            "python -m sglang.launch_server",
-            f"--model-path {s.name}",
-            f"--tp-size {p.tp}",
-            f"--context-length {fit_len}",
-            f"--mem-fraction-static {p.util:.2f}",
-        ]
-        if p.kv_dtype not in ("auto", ""):
-            parts.append(f"--kv-cache-dtype {p.kv_dtype}")
-        return " ".join(parts)
-    if p.engine == "generic":
+    if units.launch is None:
         seqs = max(1, int(p.kv_tokens / max(1, fit_len)))
         return (
             f"tensor_parallel_size: {p.tp}\ngpu_memory_utilization: {p.util:.2f}\n"
             f"max_concurrent_requests: {min(seqs, p.max_num_seqs)}\n"
         )
-    parts = [f"vllm serve {s.name}", f"--tensor-parallel-size {p.tp}"]
-    if p.pp > 1:
-        parts.append(f"--pipeline-parallel-size {p.pp}")
-    parts += [f"--max-model-len {fit_len}", f"--gpu-memory-utilization {p.util:.2f}"]
+    params: list[tuple[str, Any]] = []
+    if layers:
+        params += [("max_model_len", p.max_model_len), ("gpu_layers", p.gpu_layers)]
+        if p.max_num_seqs > 1:
+            params.append(("max_num_seqs", p.max_num_seqs))
+    else:
+        params.append(("tensor_parallel_size", p.tp))
+        if p.pp > 1:
+            params.append(("pipeline_parallel_size", p.pp))
+        params += [("max_model_len", fit_len), ("gpu_memory_utilization", f"{p.util:.2f}")]
     if p.kv_dtype not in ("auto", ""):
-        parts.append(f"--kv-cache-dtype {p.kv_dtype}")
-    return " ".join(parts)
+        params.append(("kv_cache_dtype", p.kv_dtype))
+    env, args, model_params = [], [], []
+    for canon, value in params:
+        flag = units.flags.get(canon)
+        if not flag:
+            continue
+        if flag.startswith("env:"):
+            env.append(f"{flag[4:]}={value}")
+        elif flag.startswith("-"):
+            args.append(f"{flag} {value}")
+        else:
+            model_params.append(f"PARAMETER {flag} {value}")
+    head = units.launch.format(model=s.name)
+    if model_params:  # a Modelfile: the model's own parameters
+        lines = [head, *model_params]
+        if env:
+            lines.append(f"# the server: {' '.join(env)}")
+        return "\n".join(lines)
+    return " ".join([*env, head, *args])
 
 
 _GPUS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*(?:G(?:i)?B?)?\s*$")

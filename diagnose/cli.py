@@ -841,13 +841,15 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
     snap, err = load_snapshot(spec)
     if snap is None:
         raise InputError(f"{spec}: {err}")
+    from .budget import CUDA_UNSEEN_GIB
+
     totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
     used = [g.memory_used_mib or 0 for g in snap.gpus]
     return (
         snap.count,
-        min(totals) / 1024 if totals else 80.0,
+        min(totals) / 1024 - CUDA_UNSEEN_GIB if totals else 80.0,
         max(used) / 1024 if used else 0.0,
-        snap.summary(),
+        snap.summary() + f" (CUDA sees {CUDA_UNSEEN_GIB} GiB less of each than nvidia-smi's total)",
         min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None,
     )
 
@@ -878,7 +880,10 @@ def plan(
     ] = None,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
     max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Context length.")] = None,
-    max_num_seqs: Annotated[int, typer.Option("--max-num-seqs", help="Concurrent sequences.")] = 256,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option("--max-num-seqs", help="Concurrent sequences (default: the engine's for the GPU)."),
+    ] = None,
     max_num_batched_tokens: Annotated[
         int | None,
         typer.Option("--max-num-batched-tokens", help="Tokens per scheduler step (the profiled batch)."),
@@ -895,22 +900,33 @@ def plan(
             show_default=False,
         ),
     ] = None,
+    eager: Annotated[
+        bool,
+        typer.Option("--enforce-eager", help="No CUDA graphs (vLLM 0.21+ subtracts their memory otherwise)."),
+    ] = False,
     util: Annotated[
         float | None,
         typer.Option("--gpu-memory-utilization", help="Share of each GPU (SGLang: mem fraction)."),
     ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vllm, sglang or generic.")] = "vllm",
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help="Any engine profile: vllm, sglang, lmdeploy, trtllm, tgi, ollama, llamacpp, generic "
+            "(each sizes its memory its own way; `rules show ENGINE` says how).",
+        ),
+    ] = "vllm",
+    rules: RulesOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
 ) -> None:
     """The memory budget from config.json and the GPUs, and a minimal launch that fits."""
     import json
     from pathlib import Path
 
-    from .budget import checkpoint_quant, load_config, shape_from_config, with_checkpoint
+    from .budget import checkpoint_quant, engine_units, load_config, shape_from_config, with_checkpoint
     from .budget import plan as make_plan
 
-    if engine not in ("vllm", "sglang", "generic"):
-        raise typer.BadParameter("vllm, sglang or generic", param_hint="--engine")
+    units = engine_units(engine, load_knowledge(rules).profiles)
     _at_least("--tp", tp, 1)
     _at_least("--pp", pp, 1)
     _at_least("--max-model-len", max_model_len, 1)
@@ -943,6 +959,8 @@ def plan(
         gpu_name=gpu_name,
         engine_version=engine_version,
         chunked_prefill=chunked_prefill,
+        eager=eager,
+        units=units,
     )
     if json_out:
         print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
@@ -965,10 +983,22 @@ def plan(
         ("KV-cache budget", f"{p.kv_gib_per_gpu:.2f} GiB"),
         ("KV per token", f"{p.to_json()['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB"),
         ("KV tokens (per replica)", f"{p.kv_tokens:,}"),
-        (f"concurrency at {p.max_model_len:,} tokens", f"{p.max_concurrency:.2f}×"),
-        (f"longest context for {p.max_num_seqs} sequences", f"{p.longest_context_for_seqs:,}"),
-        ("tensor × pipeline parallel", f"{p.tp} × {p.pp}"),
     ]
+    if units.kv_budget == "layers":
+        rows = [
+            *rows[:2],
+            ("compute graph (estimate)", f"{p.activation_gib:.2f} GiB"),
+            ("kept free", f"{p.overhead_gib:.2f} GiB"),
+            ("KV cache on the GPU", f"{p.kv_gib_per_gpu:.2f} GiB"),
+            ("context (tokens)", f"{p.kv_tokens:,}"),
+            ("layers on the GPU", f"{p.gpu_layers} of {shape.layers + 1}"),
+        ]
+    else:
+        rows += [
+            (f"concurrency at {p.max_model_len:,} tokens", f"{p.max_concurrency:.2f}×"),
+            (f"longest context for {p.max_num_seqs} sequences", f"{p.longest_context_for_seqs:,}"),
+            ("tensor × pipeline parallel", f"{p.tp} × {p.pp}"),
+        ]
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)
@@ -1001,6 +1031,13 @@ def check(
     config: Annotated[
         str | None, typer.Option("--config", help="config.json (default: MODEL/config.json).")
     ] = None,
+    engine_version: Annotated[
+        str | None,
+        typer.Option(
+            "--engine-version",
+            help="The engine's version (default: the one installed here, if any): v0, v1 or e.g. 0.10.2.",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the check JSON.")] = False,
 ) -> None:
     """Pre-flight a launch command (`diagnose check -- vllm serve MODEL …`) before it runs."""
@@ -1016,7 +1053,16 @@ def check(
     count, total, used, summary, gpu_name = (
         _gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information", None)
     )
-    res = preflight(cmd, config, count, total, used, load_knowledge(None).profiles, gpu_name=gpu_name)
+    res = preflight(
+        cmd,
+        config,
+        count,
+        total,
+        used,
+        load_knowledge(None).profiles,
+        gpu_name=gpu_name,
+        engine_version=engine_version,
+    )
     if json_out:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:

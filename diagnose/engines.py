@@ -36,7 +36,16 @@ PROFILE_KEYS = {
     "advice",
     "units",
     "series",
+    "memory",
 }
+# How an engine sizes its KV cache (`memory: kv_budget:`), which `plan` and `check` follow:
+KV_BUDGETS = {
+    "total": "a share of the GPU's total memory holds weights, activations and the KV cache (vLLM)",
+    "free_static": "a share of the memory free at start holds the weights and the KV pool (SGLang)",
+    "free_after_weights": "a share of what is free after the weights (and buffers) is the KV cache (LMDeploy, TensorRT-LLM)",
+    "layers": "layers offloaded to the GPU and the context's KV cache beside them (Ollama, llama.cpp)",
+}
+MEMORY_KEYS = {"kv_budget", "package", "launch", "context", "reserve_gib"}
 # What a stats line can say (serving.py reads them): a share is 0..1 (`scale` turns a percent into one).
 SERIES_FIELDS = {
     "prompt_tps": "prompt tokens per second",
@@ -96,6 +105,9 @@ class Profile:
     advice: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # situation -> ordered steps
     units: dict[str, str] = field(default_factory=dict)  # canonical param -> what its value means here
     series: list[SeriesMarker] = field(default_factory=list)  # periodic stats lines
+    # memory: kv_budget (a KV_BUDGETS key), package (the Python distribution whose installed
+    # version is the engine's), launch (the command's head, `{model}` for the model)
+    memory: dict[str, str] = field(default_factory=dict)
 
 
 @record
@@ -294,6 +306,32 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
             prof.series.append(_series_marker(raw, path, engine, i, trusted, shipped))
         except RuleError as e:
             prof.problems.append(str(e))
+    memory = data.get("memory") or {}
+    if not isinstance(memory, dict):
+        raise RuleError(path, engine, "memory", "must be a mapping")
+    for k, v in memory.items():
+        if k not in MEMORY_KEYS:
+            raise RuleError(
+                path, engine, f"memory.{k}", f"unknown key (allowed: {', '.join(sorted(MEMORY_KEYS))})"
+            )
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k == "reserve_gib":
+            memory[k] = str(v)
+        elif not isinstance(v, str) or not v:
+            raise RuleError(path, engine, f"memory.{k}", "must be a non-empty string")
+    if memory.get("kv_budget", "total") not in KV_BUDGETS:
+        raise RuleError(
+            path, engine, "memory.kv_budget", f"{memory['kv_budget']!r} is not one of {', '.join(KV_BUDGETS)}"
+        )
+    if memory.get("context", "per_sequence") not in ("per_sequence", "shared"):
+        raise RuleError(path, engine, "memory.context", "per_sequence or shared")
+    if "reserve_gib" in memory:
+        try:
+            float(memory["reserve_gib"])
+        except ValueError:
+            raise RuleError(path, engine, "memory.reserve_gib", "must be a number of GiB") from None
+    if "launch" in memory and "{model}" not in memory["launch"]:
+        raise RuleError(path, engine, "memory.launch", "must hold {model}")
+    prof.memory = dict(memory)
     units = data.get("units") or {}
     if not (isinstance(units, dict) and all(isinstance(v, str) for v in units.values())):
         raise RuleError(path, engine, "units", "must map a canonical parameter to what its value means")

@@ -10,7 +10,15 @@ from typing import Any
 import yaml
 
 from .advice import len_down
-from .budget import ConfigError, checkpoint_quant, load_config, plan, shape_from_config, with_checkpoint
+from .budget import (
+    ConfigError,
+    checkpoint_quant,
+    engine_units,
+    load_config,
+    plan,
+    shape_from_config,
+    with_checkpoint,
+)
 from .engines import Profiles, flag_for
 from .errors import InputError
 from .model import Change
@@ -96,6 +104,7 @@ def preflight(
     used_gib: float,
     profiles: Profiles,
     gpu_name: str | None = None,
+    engine_version: str | None = None,
 ) -> dict[str, Any]:
     engine, launch = parse_launch(cmd, profiles)
     problems: list[dict[str, Any]] = []
@@ -139,7 +148,14 @@ def preflight(
     if shape is not None and shape.partial:
         notes.extend(f"partial estimate: {p}" for p in shape.partial)
 
-    run_engine = "sglang" if engine == "sglang" else "vllm"
+    units = engine_units(engine, profiles)
+    version = engine_version or installed_version(profiles, engine)
+    if version and engine == "vllm":
+        notes.append(
+            f"vLLM {version}"
+            + (" (given)" if engine_version else " (installed here)")
+            + ": its profiling batch, sampler and CUDA-graph accounting"
+        )
 
     def plan_at(tp_size: int | None, gpu_count: int, model: Any = None) -> Any:
         return plan(
@@ -151,11 +167,15 @@ def preflight(
             pp,
             util,
             launch.get("max_model_len"),
-            int(launch.get("max_num_seqs") or 256),
-            None,
+            _int_or_none(launch.get("max_num_seqs")),
+            _int_or_none(launch.get("max_num_batched_tokens")),
             str(launch.get("kv_cache_dtype") or "auto"),
-            run_engine,
+            engine,
             gpu_name=gpu_name,
+            engine_version=version if engine == "vllm" else None,
+            chunked_prefill=_bool_or_none(launch.get("enable_chunked_prefill")),
+            eager=bool(_bool_or_none(launch.get("enforce_eager"))),
+            units=units,
         )
 
     def weights_fit(to: int) -> bool:
@@ -198,10 +218,26 @@ def preflight(
             "the model was trained for this length",
             launch["max_model_len"],
         )
-    if shape is not None and total_gib is not None:
+    if shape is not None and total_gib is not None and units.kv_budget == "layers":
+        p = plan_at(tp, max(gpus or 1, 1))
+        asked = _int_or_none(launch.get("gpu_layers"))
+        if asked is not None and 0 <= p.gpu_layers < min(asked, shape.layers + 1):
+            shorter = next((w for w in p.what_would if w.startswith("a shorter context")), None)
+            problem(
+                "gpu_layers",
+                f"{asked} layers asked on the GPU, {p.gpu_layers} of {shape.layers + 1} fit beside "
+                f"{p.kv_tokens:,} tokens of context" + (f" ({shorter})" if shorter else ""),
+                p.gpu_layers,
+                f"{p.weights_gib_per_gpu:.1f} GiB of layers and {p.kv_gib_per_gpu:.1f} GiB of KV cache fit",
+                asked,
+            )
+        notes.append(
+            f"plan: {p.gpu_layers} of {shape.layers + 1} layers on the GPU at {p.kv_tokens:,} tokens"
+        )
+    elif shape is not None and total_gib is not None:
         p = plan_at(tp, max(gpus or tp * pp, tp * pp))
-        budget = total_gib * util - used_gib
-        if p.weights_gib_per_gpu > budget - p.activation_gib - p.overhead_gib:
+        budget = p.weights_gib_per_gpu + p.kv_gib_per_gpu
+        if p.kv_gib_per_gpu < 0:
             better = plan_at(None, gpus or tp * pp)
             if better.fits and better.tp != tp:
                 problem(
@@ -262,6 +298,35 @@ def preflight(
         "problems": problems,
         "notes": notes,
     }
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _bool_or_none(v: Any) -> bool | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.strip().lower() not in ("0", "false", "no", "off", "")
+    return bool(v)
+
+
+def installed_version(profiles: Profiles, engine: str) -> str | None:
+    """The engine's version as installed on this host (its profile's `memory.package`): a check
+    runs where the server will."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    package = profiles.get(engine).memory.get("package")
+    if not package:
+        return None
+    try:
+        return version(package)
+    except (PackageNotFoundError, ValueError):
+        return None
 
 
 def _valid_tp(heads: int | None, cap: int) -> int:
