@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from enum import StrEnum
 from typing import Annotated, Any
@@ -843,14 +844,34 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
         raise InputError(f"{spec}: {err}")
     from .budget import CUDA_UNSEEN_GIB
 
+    name = min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None
+    mig = [m for g in snap.gpus for m in g.mig_mib]
+    if mig:  # a server runs on one MIG instance: the smallest is what is sure to be there
+        return (
+            1,
+            min(mig) / 1024,
+            0.0,
+            snap.summary() + f"; one MIG instance of {min(mig) / 1024:.1f} GiB",
+            name,
+        )
     totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
+    if not totals:
+        why = (
+            "unified memory, shared with the CPU" if any(g.unified for g in snap.gpus) else "no memory column"
+        )
+        named = re.search(r"(\d+)\s*GB\b", name or "", re.I)
+        example = f"{snap.count}x{named.group(1)}" if named else f"{snap.count}xGIB"
+        raise InputError(
+            f"{spec}: the snapshot gives no memory size ({why}): give the memory the GPU can use, "
+            f"e.g. --gpus {example}"
+        )
     used = [g.memory_used_mib or 0 for g in snap.gpus]
     return (
         snap.count,
-        min(totals) / 1024 - CUDA_UNSEEN_GIB if totals else 80.0,
+        min(totals) / 1024 - CUDA_UNSEEN_GIB,
         max(used) / 1024 if used else 0.0,
         snap.summary() + f" (CUDA sees {CUDA_UNSEEN_GIB} GiB less of each than nvidia-smi's total)",
-        min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None,
+        name,
     )
 
 

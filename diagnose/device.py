@@ -59,6 +59,8 @@ class Gpu:
     uuid: str | None = None
     bus_id: str | None = None
     processes: list[GpuProcess] = field(default_factory=list)
+    mig_mib: list[int] = field(default_factory=list)  # MIG instances' memory: what CUDA sees
+    unified: bool = False  # memory shared with the CPU (GB10, Jetson): nvidia-smi reports none
 
     @property
     def total_gib(self) -> float | None:
@@ -82,6 +84,10 @@ class Gpu:
             out["uuid"] = self.uuid
         if self.bus_id:
             out["bus_id"] = self.bus_id
+        if self.mig_mib:
+            out["mig_instances_mib"] = list(self.mig_mib)
+        if self.unified:
+            out["memory"] = "not reported: unified memory shared with the CPU"
         out["processes"] = [p.to_json() for p in self.processes]
         return out
 
@@ -126,6 +132,8 @@ class DeviceSnapshot:
             mem = f"{totals[0]:.1f} GiB each" if self.count > 1 else f"{totals[0]:.1f} GiB"
         elif totals:
             mem = "/".join(f"{t:.1f}" for t in totals) + " GiB"
+        elif any(g.unified for g in self.gpus):
+            mem = "unified memory (nvidia-smi reports no size: it is shared with the CPU)"
         else:
             mem = "memory size not in this output"
         used = [g.memory_used_mib for g in self.gpus if g.memory_used_mib is not None]
@@ -155,6 +163,16 @@ class DeviceSnapshot:
                         "busy",
                         f"GPU {g.index} has {g.used_gib:.1f} GiB in use{who}: discount it from the "
                         "memory budget, or free the GPU",
+                    )
+                )
+        for g in self.gpus:
+            if g.mig_mib:
+                sizes = ", ".join(f"{m / 1024:.1f} GiB" for m in g.mig_mib)
+                out.append(
+                    Warning_(
+                        "mig",
+                        f"GPU {g.index} is split into {len(g.mig_mib)} MIG instances ({sizes}): CUDA "
+                        "sees the instances, not the whole GPU, and a server gets one of them",
                     )
                 )
         drivers = {g.driver_version for g in self.gpus if g.driver_version}
@@ -257,9 +275,31 @@ def parse_nvidia_smi(text: str) -> DeviceSnapshot:
         raise DeviceError("the snapshot is empty: paste the output of " + " ".join(SEED_QUERY))
     if "NVSMI LOG" in text or re.search(r"^\s*Product Name\s*:", text, re.M):
         return parse_query(text)
+    if _LIST_RE.search(text):
+        return parse_list(text)
     if re.search(r"^\s*\|.*(MiB|Driver Version)", text, re.M) or "+----" in text:
         return parse_table(text)
     return parse_csv(text)
+
+
+# nvidia-smi -L: "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-…)", MIG devices indented under it
+_LIST_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)\s*$", re.M)
+_LIST_MIG_RE = re.compile(r"^\s+MIG (\d+)g\.(\d+)gb\s+Device\s+\d+:", re.M)
+
+
+def parse_list(text: str) -> DeviceSnapshot:
+    """`nvidia-smi -L`: the GPUs and their names (no memory sizes; a MIG profile names its
+    memory, 3g.40gb)."""
+    gpus: list[Gpu] = []
+    for line in text.replace("\r\n", "\n").splitlines():
+        m = _LIST_RE.match(line)
+        if m:
+            gpus.append(Gpu(int(m.group(1)), m.group(2).strip(), None, None, uuid=m.group(3)))
+            continue
+        mig = _LIST_MIG_RE.match(line)
+        if mig and gpus:
+            gpus[-1].mig_mib.append(int(mig.group(2)) * 1000)  # 3g.40gb has 40,192 MiB, 2g.20gb 19,968
+    return DeviceSnapshot(gpus, "list")
 
 
 # CSV: --query-gpu=…  --format=csv[,noheader][,nounits]; also --query-compute-apps
@@ -330,6 +370,8 @@ def parse_csv(text: str) -> DeviceSnapshot:
                 driver_version=v.get("driver_version") or None,
                 uuid=v.get("uuid"),
                 bus_id=v.get("bus_id"),
+                # GB10, Jetson: "[N/A]" / "[Not Supported]" where the size would be
+                unified=(v.get("memory.total") or "").strip("[] ").lower() in ("n/a", "not supported"),
             )
         )
     if not gpus:
@@ -366,7 +408,7 @@ def _guess_fields(row: list[str]) -> list[str]:
 def _table_grammar() -> dict[str, pp.ParserElement]:
     bar = pp.Suppress("|")
     integer = pp.Word(pp.nums).set_parse_action(lambda t: int(t[0]))
-    persist = pp.one_of("On Off")
+    persist = pp.one_of("On Off WDDM TCC MCDM N/A")  # Linux: persistence mode; Windows: driver model
     bus = pp.Regex(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
     name_word = ~(persist + bar) + pp.Word(pp.printables, exclude_chars="|")
     name = pp.original_text_for(pp.OneOrMore(name_word))
@@ -388,9 +430,14 @@ def _table_grammar() -> dict[str, pp.ParserElement]:
         + pp.Suppress(pp.CaselessLiteral("MiB"))
     )
     mem_row = bar + pp.SkipTo("|") + bar + mem + bar
+    no_mem = bar + pp.SkipTo("|") + bar + (pp.CaselessLiteral("Not Supported") | pp.CaselessLiteral("N/A"))
+    mig_row = bar + integer("gpu") + integer + integer + integer + bar + mem + bar
     gi = pp.Optional(pp.Word(pp.alphanums + "/") + pp.Word(pp.alphanums + "/"))
     proc_name = pp.original_text_for(
-        pp.OneOrMore(~(integer + pp.CaselessLiteral("MiB")) + pp.Word(pp.printables, exclude_chars="|"))
+        pp.OneOrMore(
+            ~(integer + pp.CaselessLiteral("MiB") | pp.Literal("N/A") + bar)
+            + pp.Word(pp.printables, exclude_chars="|")
+        )
     )
     proc_row = (
         bar
@@ -399,11 +446,10 @@ def _table_grammar() -> dict[str, pp.ParserElement]:
         + integer("pid")
         + pp.one_of("C G C+G M M+C")("type")
         + proc_name("name")
-        + integer("used")
-        + pp.Suppress(pp.CaselessLiteral("MiB"))
+        + (integer("used") + pp.Suppress(pp.CaselessLiteral("MiB")) | pp.Suppress(pp.Literal("N/A")))
         + bar
     )
-    return {"gpu": gpu_row, "mem": mem_row, "proc": proc_row}
+    return {"gpu": gpu_row, "mem": mem_row, "no_mem": no_mem, "mig": mig_row, "proc": proc_row}
 
 
 _TABLE = _table_grammar()
@@ -416,20 +462,34 @@ def parse_table(text: str) -> DeviceSnapshot:
     cuda = _CUDA_RE.search(text)
     gpus: list[Gpu] = []
     procs: list[GpuProcess] = []
-    in_procs = False
+    in_procs = in_mig = False
     for raw in text.splitlines():
         line = raw.rstrip()
         if "Processes:" in line:
-            in_procs = True
+            in_procs, in_mig = True, False
+            continue
+        if "MIG devices:" in line:
+            in_mig = True
             continue
         if not line.startswith("|"):
+            continue
+        if in_mig:
+            try:
+                r = _TABLE["mig"].parse_string(line, parse_all=False)
+            except pp.ParseException:
+                continue
+            for g in gpus:
+                if g.index == r["gpu"]:
+                    g.mig_mib.append(r["total"])
             continue
         if in_procs:
             try:
                 r = _TABLE["proc"].parse_string(line, parse_all=False)
             except pp.ParseException:
                 continue
-            procs.append(GpuProcess(pid=r["pid"], name=r["name"].strip(), used_mib=r["used"], gpu=r["gpu"]))
+            procs.append(
+                GpuProcess(pid=r["pid"], name=r["name"].strip(), used_mib=r.get("used"), gpu=r["gpu"])
+            )
             continue
         try:
             r = _TABLE["gpu"].parse_string(line, parse_all=False)
@@ -446,17 +506,22 @@ def parse_table(text: str) -> DeviceSnapshot:
             continue
         except pp.ParseException:
             pass
-        if gpus and gpus[-1].memory_total_mib is None:
+        if gpus and gpus[-1].memory_total_mib is None and not gpus[-1].unified:
             try:
                 r = _TABLE["mem"].parse_string(line, parse_all=False)
             except pp.ParseException:
+                try:
+                    _TABLE["no_mem"].parse_string(line, parse_all=False)
+                    gpus[-1].unified = True  # "Not Supported": GB10, Jetson
+                except pp.ParseException:
+                    pass
                 continue
             gpus[-1].memory_used_mib, gpus[-1].memory_total_mib = r["used"], r["total"]
     if not gpus:
         raise DeviceError(
             "no GPU rows in the nvidia-smi table: truncated, or a layout this parser does not know"
         )
-    if any(g.memory_total_mib is None for g in gpus):
+    if any(g.memory_total_mib is None and not g.unified for g in gpus):
         raise DeviceError("a GPU row of the nvidia-smi table has no memory line: truncated output?")
     by_index = {g.index: g for g in gpus}
     for p in procs:

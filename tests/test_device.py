@@ -233,3 +233,39 @@ def test_mixed_model_names_only_the_groups_that_differ():  # type: ignore[no-unt
     rows = [*V100_ROWS[:7], (7, "Tesla V100-SXM2-16GB", 16160)]
     (w,) = [w for w in parse_nvidia_smi(_csv(rows)).warnings() if w.kind == "mixed_model"]
     assert "GPU 0,1,2,3,4,5,6: Tesla V100-SXM2-32GB 32.0 GiB; GPU 7: Tesla V100-SXM2-16GB 15.8 GiB" in w.text
+
+
+def test_windows_mig_unified_and_list_outputs_read_right():  # type: ignore[no-untyped-def]
+    """Layouts beyond Linux's default table: Windows (WDDM in the persistence column, processes
+    without a memory figure), MIG instances (what CUDA sees), unified memory that nvidia-smi does
+    not size (GB10: "Not Supported", "[N/A]"), and `nvidia-smi -L`."""
+    win = parse_nvidia_smi((SMI / "table-1x-4090-windows-wddm.txt").read_text())
+    assert win.gpus[0].memory_total_mib == 24564
+    assert [p.pid for p in win.gpus[0].processes] == [1234, 5678]
+    assert win.gpus[0].processes[0].used_mib is None
+    mig = parse_nvidia_smi((SMI / "table-1x-a100-525-mig.txt").read_text())
+    assert mig.gpus[0].mig_mib == [40192, 19968]
+    assert "MIG instances" in mig.warnings()[0].text
+    listed = parse_nvidia_smi((SMI / "list-2x-a100-mig.txt").read_text())
+    assert [g.name for g in listed.gpus] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert listed.gpus[0].mig_mib == [40000, 20000] and listed.gpus[1].mig_mib == []
+    for name in ("table-1x-gb10-580-unified.txt", "csv-1x-gb10-na.csv"):
+        gb10 = parse_nvidia_smi((SMI / name).read_text())
+        assert gb10.gpus[0].unified and gb10.gpus[0].memory_total_mib is None
+        assert gb10.to_json()["gpus"][0]["memory"].startswith("not reported")
+
+
+def test_plan_takes_a_mig_instance_and_refuses_a_snapshot_without_sizes(cli):  # type: ignore[no-untyped-def]
+    cfg = str(REFERENCE / "configs" / "Qwen-Qwen3-8B.json")
+    if not (REFERENCE / "configs").is_dir():
+        pytest.skip("../shared/reference is not here")
+    for name, mib in (("table-1x-a100-525-mig.txt", 19968), ("list-2x-a100-mig.txt", 20000)):
+        r = run([*cli, "plan", "--json", "--config", cfg, "--gpus", str(SMI / name)], text=True)
+        doc = json.loads(r.stdout)
+        assert doc["gpus"] == 1 and doc["gpu_total_gib"] == pytest.approx(mib / 1024)  # one instance
+    listed = (SMI / "list-2x-a100-mig.txt").read_text()
+    plain = "\n".join(x for x in listed.splitlines() if "MIG" not in x)
+    r = run([*cli, "plan", "--config", cfg, "--gpus", "/dev/stdin"], stdin=plain, text=True)
+    assert r.returncode == 2 and "e.g. --gpus 2x80" in r.stderr  # the name says 80GB
+    r = run([*cli, "plan", "--config", cfg, "--gpus", str(SMI / "csv-1x-gb10-na.csv")], text=True)
+    assert r.returncode == 2 and "unified memory" in r.stderr and "Traceback" not in r.stderr
