@@ -866,11 +866,16 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
             f"e.g. --gpus {example}"
         )
     used = [g.memory_used_mib or 0 for g in snap.gpus]
+    smallest = min((g for g in snap.gpus if g.memory_total_mib), key=lambda g: g.memory_total_mib or 0)
+    if smallest.memory_reserved_mib is not None:  # -q and memory.reserved say it exactly
+        unseen, how = smallest.memory_reserved_mib / 1024, "as the driver reserves"
+    else:
+        unseen, how = CUDA_UNSEEN_GIB, "typical of the driver's reserve"
     return (
         snap.count,
-        min(totals) / 1024 - CUDA_UNSEEN_GIB,
+        (smallest.memory_total_mib or 0) / 1024 - unseen,
         max(used) / 1024 if used else 0.0,
-        snap.summary() + f" (CUDA sees {CUDA_UNSEEN_GIB} GiB less of each than nvidia-smi's total)",
+        snap.summary() + f" (CUDA sees {unseen:.2f} GiB less of each than nvidia-smi's total, {how})",
         name,
     )
 

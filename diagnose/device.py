@@ -60,6 +60,7 @@ class Gpu:
     bus_id: str | None = None
     processes: list[GpuProcess] = field(default_factory=list)
     mig_mib: list[int] = field(default_factory=list)  # MIG instances' memory: what CUDA sees
+    memory_reserved_mib: int | None = None  # -q "Reserved" / memory.reserved: what CUDA does not see
     unified: bool = False  # memory shared with the CPU (GB10, Jetson): nvidia-smi reports none
 
     @property
@@ -84,6 +85,8 @@ class Gpu:
             out["uuid"] = self.uuid
         if self.bus_id:
             out["bus_id"] = self.bus_id
+        if self.memory_reserved_mib is not None:
+            out["memory_reserved_mib"] = self.memory_reserved_mib
         if self.mig_mib:
             out["mig_instances_mib"] = list(self.mig_mib)
         if self.unified:
@@ -310,6 +313,7 @@ _FIELD_ALIASES = {
     "memory.total": "memory.total",
     "memory.used": "memory.used",
     "memory.free": "memory.free",
+    "memory.reserved": "memory.reserved",
     "driver_version": "driver_version",
     "uuid": "uuid",
     "gpu_uuid": "uuid",
@@ -367,6 +371,7 @@ def parse_csv(text: str) -> DeviceSnapshot:
                 memory_total_mib=_mib(v.get("memory.total")),
                 memory_used_mib=_mib(v.get("memory.used")),
                 memory_free_mib=_mib(v.get("memory.free")),
+                memory_reserved_mib=_mib(v.get("memory.reserved")),
                 driver_version=v.get("driver_version") or None,
                 uuid=v.get("uuid"),
                 bus_id=v.get("bus_id"),
@@ -589,6 +594,9 @@ def parse_query(text: str) -> DeviceSnapshot:
         elif where and where[-1] == "FB Memory Usage":
             if key == "Total":
                 cur.memory_total_mib = _mib(val)
+                cur.unified = val.strip().lower() in ("n/a", "not supported", "[n/a]")
+            elif key == "Reserved":
+                cur.memory_reserved_mib = _mib(val)
             elif key == "Used":
                 cur.memory_used_mib = _mib(val)
             elif key == "Free":
@@ -602,7 +610,7 @@ def parse_query(text: str) -> DeviceSnapshot:
         raise DeviceError("no GPU sections in the nvidia-smi -q output: truncated?")
     for g in gpus:
         g.driver_version = driver
-        if g.memory_total_mib is None:
+        if g.memory_total_mib is None and not g.unified:
             raise DeviceError(f"GPU {g.index} in the -q output has no FB Memory Usage total: truncated?")
     return DeviceSnapshot(sorted(gpus, key=lambda g: g.index), "query", cuda_version=cuda)
 

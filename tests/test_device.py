@@ -269,3 +269,19 @@ def test_plan_takes_a_mig_instance_and_refuses_a_snapshot_without_sizes(cli):  #
     assert r.returncode == 2 and "e.g. --gpus 2x80" in r.stderr  # the name says 80GB
     r = run([*cli, "plan", "--config", cfg, "--gpus", str(SMI / "csv-1x-gb10-na.csv")], text=True)
     assert r.returncode == 2 and "unified memory" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_drivers_reserve_is_what_cuda_does_not_see(cli):  # type: ignore[no-untyped-def]
+    """-q prints the memory the driver reserves (FB Memory Usage → Reserved): total less reserve
+    is the 79.18 GiB vLLM logs on an H100 (81,559 − 481 MiB). Without it the plan takes off a
+    typical reserve and says so."""
+    if not (REFERENCE / "configs").is_dir():
+        pytest.skip("../shared/reference is not here")
+    cfg = str(REFERENCE / "configs" / "Qwen-Qwen3-8B.json")
+    r = run(
+        [*cli, "plan", "--json", "--config", cfg, "--gpus", str(SMI / "query-q-1x-h100-reserved.txt")],
+        text=True,
+    )
+    assert json.loads(r.stdout)["gpu_total_gib"] == pytest.approx(79.18, abs=0.01)
+    r = run([*cli, "plan", "--config", cfg, "--gpus", str(SMI / "table-8x-h100-570.txt")], text=True)
+    assert "typical of the driver's reserve" in r.stdout
