@@ -416,3 +416,47 @@ def test_the_v0_row_is_in_its_log():  # type: ignore[no-untyped-def]
     text = (LOGS / "vllm-303-healthy-llama3-8b-3090-v041-ready" / "log.txt").read_text(errors="replace")
     assert "# GPU blocks: 2358" in text and "vLLM API server version 0.4.1" in text
     assert "enable_chunked_prefill=False" in text and "gpu_memory_utilization=0.9" in text
+
+
+def test_mla_kv_pool_as_sglang_allocates_it():  # type: ignore[no-untyped-def]
+    """sglang-215: DeepSeek-R1 at TP 16 on H800s. MLA keeps one latent (kv_lora_rank 512 +
+    rope 64) per layer, replicated on every rank: 61 × 576 × 2 = 70,272 bytes a token. The
+    memory pool took 36.48 − 22.00 GiB: the KV pool plus the request-to-token table
+    (max_running_requests 2049 × context_len 163,840 × int32); the rest is 201,681 tokens."""
+    from diagnose.budget import GIB, kv_bytes_per_token
+
+    s = shape_from_config(load_config(str(CONFIGS / "deepseek-ai-DeepSeek-R1.json")))
+    per_token = kv_bytes_per_token(s, "auto", 16)
+    assert per_token == 61 * 576 * 2
+    pool = (36.48 - 22.00) * GIB - 2049 * 163840 * 4
+    assert pool / per_token == pytest.approx(201681, rel=0.01)
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
+def test_the_mla_row_is_in_its_log():  # type: ignore[no-untyped-def]
+    text = (
+        LOGS / "sglang-215-healthy-deepseek-r1-2x8-h800-tp16-startup-and-first-requests" / "log.txt"
+    ).read_text(errors="replace")
+    assert "Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=36.48 GB" in text
+    assert "Memory pool end. avail mem=22.00 GB" in text
+    assert "max_total_num_tokens=201681" in text and "max_running_requests=2049" in text
+    assert "context_len=163840" in text and "tp_size=16" in text
+
+
+def table() -> list[tuple[str, str, float]]:
+    """Every measured row with the plan's error: (what, log, error)."""
+    out = [("weights", log, _error(c, q, t, m)) for log, c, q, t, m in ROWS]
+    out += [("kv tokens", r[0], _planned_tokens(r) / r[-1] - 1) for r in PLAN_ROWS]
+    return out
+
+
+if __name__ == "__main__":  # python -m tests.test_measured: the table with the plan's errors
+    rows = table()
+    for what, log, err in rows:
+        print(f"{what:10} {err:+7.1%}  {log}")
+    for what in ("weights", "kv tokens"):
+        errs = [abs(e) for w, _, e in rows if w == what]
+        print(
+            f"{what}: {sum(e <= (0.03 if what == 'weights' else 0.10) for e in errs)}/{len(errs)} within "
+            f"{'3' if what == 'weights' else '10'} %, worst {max(errs):.1%}"
+        )
