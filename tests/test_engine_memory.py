@@ -230,74 +230,20 @@ def test_plan_cli_for_each_engine_and_a_wrong_one():  # type: ignore[no-untyped-
     assert r.returncode == 2 and "no such engine" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_check_speaks_the_launchs_engine(tmp_path):  # type: ignore[no-untyped-def]
+def _check(gpus: str, launch: str, *extra: str) -> dict:  # type: ignore[type-arg]
     cfg = str(CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json")
-    r = run(
-        [
-            *DIAGNOSE,
-            "check",
-            "--json",
-            "--config",
-            cfg,
-            "--gpus",
-            "1x8",
-            "--",
-            "llama-server",
-            "-m",
-            "llama.gguf",
-            "-ngl",
-            "99",
-            "-c",
-            "131072",
-        ]
-    )
-    doc = json.loads(r.stdout)
+    r = run([*DIAGNOSE, "check", "--json", "--config", cfg, "--gpus", gpus, *extra, "--", *launch.split()])
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def test_check_speaks_the_launchs_engine():  # type: ignore[no-untyped-def]
+    doc = _check("1x8", "llama-server -m llama.gguf -ngl 99 -c 131072")
     layers = [p for p in doc["problems"] if p["param"] == "gpu_layers"]
     assert doc["engine"] == "llamacpp" and layers, doc
     assert layers[0]["change"]["flag"] == "--n-gpu-layers" and int(layers[0]["change"]["to"]) < 33
-    r = run(
-        [
-            *DIAGNOSE,
-            "check",
-            "--json",
-            "--config",
-            cfg,
-            "--gpus",
-            "1x24",
-            "--",
-            "lmdeploy",
-            "serve",
-            "api_server",
-            "llama",
-            "--session-len",
-            "8192",
-            "--server-port",
-            "1",
-        ]
-    )
-    doc = json.loads(r.stdout)
+    assert "--ctx-size" in layers[0]["text"]  # the other way: a context short enough for all
+    doc = _check("1x24", "lmdeploy serve api_server llama --session-len 8192 --server-port 1")
     assert doc["engine"] == "lmdeploy"
     assert not [p for p in doc["problems"] if p["param"] != "port"], doc["problems"]
-    r = run(
-        [
-            *DIAGNOSE,
-            "check",
-            "--json",
-            "--config",
-            cfg,
-            "--gpus",
-            "1x24",
-            "--engine-version",
-            "0.6.4",
-            "--",
-            "vllm",
-            "serve",
-            "llama",
-            "--max-model-len",
-            "100000",
-            "--port",
-            "1",
-        ]
-    )
-    doc = json.loads(r.stdout)
+    doc = _check("1x24", "vllm serve llama --max-model-len 100000 --port 1", "--engine-version", "0.6.4")
     assert any("vLLM 0.6.4 (given)" in n for n in doc["notes"])
