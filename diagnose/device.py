@@ -62,6 +62,7 @@ class Gpu:
     mig_mib: list[int] = field(default_factory=list)  # MIG instances' memory: what CUDA sees
     memory_reserved_mib: int | None = None  # -q "Reserved" / memory.reserved: what CUDA does not see
     unified: bool = False  # memory shared with the CPU (GB10, Jetson): nvidia-smi reports none
+    error: bool = False  # its rows read ERR!: the driver cannot query it (Xid errors, a failing card)
 
     @property
     def total_gib(self) -> float | None:
@@ -91,6 +92,8 @@ class Gpu:
             out["mig_instances_mib"] = list(self.mig_mib)
         if self.unified:
             out["memory"] = "not reported: unified memory shared with the CPU"
+        if self.error:
+            out["error"] = True
         out["processes"] = [p.to_json() for p in self.processes]
         return out
 
@@ -169,6 +172,14 @@ class DeviceSnapshot:
                     )
                 )
         for g in self.gpus:
+            if g.error:
+                out.append(
+                    Warning_(
+                        "gpu_error",
+                        f"GPU {g.index} reports ERR! in nvidia-smi: the driver cannot read it (look for "
+                        "Xid errors in `dmesg`); do not schedule on it until it reads clean",
+                    )
+                )
             if g.mig_mib:
                 sizes = ", ".join(f"{m / 1024:.1f} GiB" for m in g.mig_mib)
                 out.append(
@@ -276,6 +287,30 @@ def parse_nvidia_smi(text: str) -> DeviceSnapshot:
     stripped = text.strip()
     if not stripped:
         raise DeviceError("the snapshot is empty: paste the output of " + " ".join(SEED_QUERY))
+    lost = _LOST_RE.search(text)
+    try:
+        snap = _parse_any(text)
+    except DeviceError:
+        if lost:  # "Unable to determine the device handle for GPU…: Unknown Error"
+            raise DeviceError(
+                f"a GPU is lost to the driver ({lost.group(0).strip()[:120]})", driver=True
+            ) from None
+        raise
+    if lost:
+        snap.notes.append(
+            Warning_(
+                "gpu_lost",
+                f"{lost.group(0).strip()[:120]}: a GPU fell off the bus or failed (Xid 79/119 in `dmesg`); "
+                "it is missing from this list until the node is reset",
+            )
+        )
+    return snap
+
+
+_LOST_RE = re.compile(r"Unable to determine the device handle for GPU[^\n]*|GPU [0-9A-Fa-f:.]+ is lost[^\n]*")
+
+
+def _parse_any(text: str) -> DeviceSnapshot:
     if "NVSMI LOG" in text or re.search(r"^\s*Product Name\s*:", text, re.M):
         return parse_query(text)
     if _LIST_RE.search(text):
@@ -437,7 +472,11 @@ def _table_grammar() -> dict[str, pp.ParserElement]:
     mem_row = bar + pp.SkipTo("|") + bar + mem + bar
     no_mem = bar + pp.SkipTo("|") + bar + (pp.CaselessLiteral("Not Supported") | pp.CaselessLiteral("N/A"))
     mig_row = bar + integer("gpu") + integer + integer + integer + bar + mem + bar
-    gi = pp.Optional(pp.Word(pp.alphanums + "/") + pp.Word(pp.alphanums + "/"))
+    ptype = pp.one_of("C G C+G M M+C")
+    # GI/CI columns (drivers 450+); older tables go straight from the GPU to the PID
+    gi = pp.Optional(
+        pp.Word(pp.alphanums + "/") + pp.Word(pp.alphanums + "/") + pp.FollowedBy(integer + ptype)
+    )
     proc_name = pp.original_text_for(
         pp.OneOrMore(
             ~(integer + pp.CaselessLiteral("MiB") | pp.Literal("N/A") + bar)
@@ -449,7 +488,7 @@ def _table_grammar() -> dict[str, pp.ParserElement]:
         + integer("gpu")
         + gi
         + integer("pid")
-        + pp.one_of("C G C+G M M+C")("type")
+        + ptype("type")
         + proc_name("name")
         + (integer("used") + pp.Suppress(pp.CaselessLiteral("MiB")) | pp.Suppress(pp.Literal("N/A")))
         + bar
@@ -506,11 +545,14 @@ def parse_table(text: str) -> DeviceSnapshot:
                     memory_used_mib=None,
                     driver_version=driver.group(1) if driver else None,
                     bus_id=r["bus_id"],
+                    error="ERR!" in line,
                 )
             )
             continue
         except pp.ParseException:
             pass
+        if "ERR!" in line and gpus:
+            gpus[-1].error = True
         if gpus and gpus[-1].memory_total_mib is None and not gpus[-1].unified:
             try:
                 r = _TABLE["mem"].parse_string(line, parse_all=False)

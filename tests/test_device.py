@@ -67,7 +67,7 @@ def test_real_reference_outputs(name, count, total_gib, busy):
     assert ("busy" in [w.kind for w in snap.warnings()]) == busy
 
 
-@pytest.mark.parametrize("name", ["no-devices.txt", "no-driver.txt"])
+@pytest.mark.parametrize("name", ["no-devices.txt", "no-driver.txt", "lost-gpu-handle.txt"])
 def test_no_gpu_outputs_are_driver_errors(name):
     with pytest.raises(DeviceError) as e:
         parse_nvidia_smi((SMI / name).read_text())
