@@ -431,6 +431,11 @@ class Scanner:
                         words.append((h, m.group(0)))
                     continue
                 matched_rule = True
+                if tb is not None and line.number == tb.last_frame + 1 and msg.startswith((" ", "\t")):
+                    # the source a frame echoes; the exception line after it says the same
+                    tb.explained = True
+                    tb.echoed.append((h, line, typed_facts(m.groupdict())))
+                    continue
                 self._record(h, line, typed_facts(m.groupdict()), tb)
                 if len(h.engines) == 1 and h.engines[0] not in ("any", "generic"):
                     # a message only one engine prints is evidence of that engine
@@ -589,6 +594,11 @@ class Scanner:
 
     def _close_tb(self, stream: str, tb: TracebackEvent) -> None:
         self.open_tbs.pop(stream, None)
+        hit_rules = {r.rule.id for r in self.tb_hits.get(id(tb), ())}
+        for rule, echo_line, facts in tb.echoed:
+            if rule.id not in hit_rules:  # the exception line did not say it: the code did
+                hit_rules.add(rule.id)
+                self._record(rule, echo_line, facts, tb)
         if not tb.explained:
             evidence = tb.exception or tb.start
             title = (

@@ -116,6 +116,9 @@ class TracebackEvent:
     explained: bool = False  # a rule matched inside it
     last_frame: int = 0  # line number of the latest frame line (the next one echoes its code)
     vocab: list[VocabHit] = field(default_factory=list)  # class words inside it
+    # rule hits on the code a frame echoes (`raise X("…")`): kept only if the exception line
+    # itself does not hit the same rule (then it is the evidence)
+    echoed: list[Any] = field(default_factory=list)
 
 
 @record

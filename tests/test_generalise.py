@@ -139,19 +139,19 @@ def test_another_process_holding_the_port_is_not_a_stop(know, tmp_path):
 
 
 def test_vocabulary_names_an_unexplained_exception(know, tmp_path):
-    """No rule knows "UVA is not available": the driver vocabulary names it, and says so."""
+    """No rule knows "CUDA_ERROR_SYSTEM_NOT_READY": the driver vocabulary names it, and says so."""
     log = (
         "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] EngineCore failed to start.\n"
         "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] Traceback (most recent call last):\n"
         '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]   File "/x/vllm/v1/worker/gpu/model_runner.py", line 9, in __init__\n'
-        '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]     raise RuntimeError("UVA is not available")\n'
-        "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] RuntimeError: UVA is not available\n"
+        '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]     raise RuntimeError(f"cuInit failed: {err}")\n'
+        "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] RuntimeError: cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY\n"
     )
     d = _scan(know, tmp_path, log)
     p = d.primary
     assert p is not None and p.cls == "driver" and p.rule == "vocabulary.driver"
     assert p.confidence == "low" and "vocabulary" in (p.note or "")
-    assert p.evidence == "RuntimeError: UVA is not available" and p.line == 5
+    assert p.evidence == "RuntimeError: cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY" and p.line == 5
     assert json.loads(json.dumps(p.to_json()))["confidence"] == "low"
 
 
@@ -249,3 +249,30 @@ def test_an_error_line_the_startup_went_past_is_not_its_failure(know, tmp_path):
     )
     d = _scan(know, tmp_path, text)
     assert d.status == "incomplete" and d.primary is None
+
+
+def test_a_rule_on_the_code_a_frame_echoes_yields_to_the_exception_line(know, tmp_path):
+    """`raise RuntimeError("UVA is not available")` is the code; the line after it is what
+    happened: the finding's evidence is the exception line, counted once. A traceback cut
+    before its exception line keeps the code line as evidence."""
+    head = (
+        "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] Traceback (most recent call last):\n"
+        '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]   File "/x/vllm/v1/worker/gpu/model_runner.py", line 9, in __init__\n'
+        '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]     raise RuntimeError("UVA is not available")\n'
+    )
+    d = _scan(
+        know,
+        tmp_path,
+        head
+        + "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] RuntimeError: UVA is not available\n",
+    )
+    p = d.primary
+    assert p is not None and p.rule == "vllm.driver.uva-unavailable"
+    assert p.evidence == "RuntimeError: UVA is not available" and p.line == 4 and p.count == 1
+    assert d.advice[0].param == "env:VLLM_USE_V2_MODEL_RUNNER" and d.advice[0].to == "0"
+    cut = _scan(know, tmp_path, head)
+    assert (
+        cut.primary is not None
+        and cut.primary.rule == "vllm.driver.uva-unavailable"
+        and cut.primary.line == 3
+    )
