@@ -335,7 +335,11 @@ class Advisor:
                     continue  # the line did not carry that number: the next candidate says more
                 self.add(param, to, why, self.ctx.current(param))
             else:
+                before = len(self.out)
                 self.generic(param)
+                if a.get("why") and len(self.out) > before and self.out[-1].param == param:
+                    # the rule knows why this change helps here better than the class does
+                    self.out[-1].why = _filled(str(a["why"]), self.ctx.finding.facts) or self.out[-1].why
 
     def generic(self, param: str) -> None:
         f = self.ctx.finding
@@ -1023,6 +1027,14 @@ def advise(
 
 
 # Changes that are not an engine setting: any engine can take them.
+def _filled(template: str, facts: dict[str, Any]) -> str | None:
+    """The template with the finding's facts, or None when the line did not carry them."""
+    try:
+        return fill_template(template, facts)
+    except (KeyError, ValueError):
+        return None
+
+
 NOT_A_SETTING = ("model", "engine_version", "max_tokens", "shm_size")
 
 
