@@ -114,6 +114,9 @@ def test_llama_server_layers_on_a_t4_as_the_log_shows():  # type: ignore[no-unty
     p = plan(s, 1, 14.56, max_model_len=32768, max_num_seqs=2, units=units)
     assert p.fits and p.gpu_layers == 31
     assert p.weights_gib_per_gpu == pytest.approx(12.48, rel=0.03)
+    # llama.cpp's own fitter: "projected to use 14554 MiB of device memory"
+    used = p.weights_gib_per_gpu + p.kv_gib_per_gpu + p.activation_gib
+    assert used * 1024 == pytest.approx(14554, rel=0.02)
     launch = p.to_json()["launch"]
     assert launch.startswith("llama-server -m ") and "--ctx-size 32768" in launch
     assert "--n-gpu-layers 31" in launch and "--parallel 2" in launch
