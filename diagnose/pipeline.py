@@ -172,7 +172,11 @@ def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving |
         max_num_seqs = int(cap) if cap is not None else None
     except (TypeError, ValueError):
         max_num_seqs = None
-    return judge_replicas(points, result.series_seen, max_num_seqs)
+    s = judge_replicas(points, result.series_seen, max_num_seqs)
+    for p in s.points:  # only the evidence is quoted: the other lines' text stays here
+        if p is not s.evidence:
+            p.text = ""
+    return s
 
 
 SERVING_TITLES = {

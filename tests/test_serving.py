@@ -225,6 +225,11 @@ def test_kv_full_with_a_persisting_queue_is_kv_bound_and_a_preemption_finding(kn
     assert d.primary.facts["waiting"] >= 90
     assert d.advice and d.advice[0].param in ("max_num_seqs", "gpu_memory_utilization", "kv_cache_dtype")
     assert "14 of 14 stats lines" in d.serving.why
+    # only the evidence line's text is quoted (and redacted); the other points keep numbers only
+    assert (
+        d.serving.evidence.text
+        and [p.text for p in d.serving.points if p is not d.serving.evidence] == [""] * 13
+    )
 
 
 def test_one_long_request_filling_the_cache_for_seconds_is_not_kv_bound(know, tmp_path):  # type: ignore[no-untyped-def]
