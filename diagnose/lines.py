@@ -231,6 +231,10 @@ def decode(raw: bytes) -> tuple[str, bool]:
     truncated = len(raw) > HALF_LINE and CUT_MARKER in raw
     text = raw.decode("utf-8", "replace")
     text = text.rstrip("\r\n")
+    if text[:1] == "{" and text.endswith("}"):
+        inner = unwrap_json(text)
+        if inner is not None:
+            text = inner
     if "\x1b" in text:
         text = ANSI_RE.sub("", text)
     if "\r" in text:
@@ -238,6 +242,56 @@ def decode(raw: bytes) -> tuple[str, bool]:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
     return text, truncated
+
+
+# A log line as a JSON record: a container runtime's file ({"log": …, "time": …}: Docker's
+# json-file, Fluentd/Loki exports), a cloud logger ({"textPayload": …}, {"jsonPayload": {"message": …}}),
+# `journalctl -o json` ({"MESSAGE": …}), or the engine's own structured output (TGI's
+# --json-output: Rust tracing's {"timestamp", "level", "target", "fields"/"message", "spans"}).
+_MESSAGE_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload", "line")
+_TIME_KEYS = ("time", "timestamp", "@timestamp", "ts")
+_LEVEL_KEYS = ("level", "severity", "levelname", "lvl")
+
+
+def unwrap_json(text: str) -> str | None:
+    """The line a JSON log record holds, rebuilt as its text form would print it (the record's
+    time and level first, so the usual prefix layers read them); None when it is not one."""
+    import json  # only lines that look like JSON records pay for it
+
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "function" in obj:
+        # llama.cpp's own JSON lines (Ollama's runner: {"function", "level", "msg", …}) are
+        # read as they are: the rules and markers for them know that shape
+        return None
+    fields = obj.get("fields") if isinstance(obj.get("fields"), dict) else {}
+    msg = fields.get("message") if isinstance(fields.get("message"), str) else None
+    key = "fields"
+    if msg is None:
+        for key in _MESSAGE_KEYS:
+            if isinstance(obj.get(key), str):
+                msg = obj[key]
+                break
+        else:
+            payload = obj.get("jsonPayload")
+            if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+                msg, key = payload["message"], "jsonPayload"
+    if msg is None:
+        return None
+    msg = msg.rstrip("\r\n").replace("\n", " ⏎ ")
+    when = next((obj[k] for k in _TIME_KEYS if isinstance(obj.get(k), str)), None)
+    level = next((obj[k] for k in _LEVEL_KEYS if isinstance(obj.get(k), str)), None)
+    if isinstance(obj.get("target"), str):  # Rust tracing (TGI): "TIME  LEVEL span: target: message k=v"
+        spans = obj.get("spans") if isinstance(obj.get("spans"), list) else []
+        names = "".join(f"{s['name']}: " for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str))
+        extra = "".join(f" {k}={v}" for k, v in fields.items() if k != "message")
+        return f"{when or ''}  {(level or 'INFO').upper()} {names}{obj['target']}: {msg}{extra}".lstrip()
+    if key == "log":  # a container runtime's record: its time, then the program's own line
+        return f"{when} {msg}" if when else msg
+    head = " ".join(x for x in (when, level.upper() if level else None) if x)
+    return f"{head} {msg}" if head else msg
 
 
 # --- prefix splitting -----------------------------------------------------------------
@@ -368,7 +422,7 @@ def split_prefixes(line: Line) -> Line:
             if ts and not line.timestamp:
                 line.timestamp = ts
             proc = g.get("proc")
-            if g.get("pid") and line.pid is None:
+            if g.get("pid"):  # the innermost layer's: the engine's own process, not a wrapper's
                 line.pid = int(g["pid"])
                 if proc:
                     line.process = proc.strip().rstrip(",")

@@ -18,6 +18,8 @@ from diagnose.lines import (
     resolve_sources,
 )
 
+from .conftest import SHARED
+
 # (raw line, message, level, timestamp, process, rank, pid, location)
 CASES = [
     (
@@ -270,3 +272,104 @@ def test_resolve_sources_errors(tmp_path):
     with pytest.raises(InputError, match="is a directory"):
         resolve_sources([str(tmp_path)])
     assert resolve_sources([])[0].name == "-"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message", "level", "ts"),
+    [
+        # Docker's json-file driver / Fluentd / Loki exports: the runtime's time, then the line
+        (
+            r'{"log":"\u001b[1;36m(APIServer pid=17544)\u001b[0;0m ERROR 09-29 00:29:32 [core.py:1] RuntimeError: CUDA error: out of memory\n","stream":"stderr","time":"2025-09-29T00:29:32.104857318Z"}',
+            "RuntimeError: CUDA error: out of memory",
+            "ERROR",
+            "2025-09-29T00:29:32.104857318Z",
+        ),
+        # TGI --json-output (Rust tracing, flattened fields)
+        (
+            '{"timestamp":"2024-02-14T06:49:24.783316Z","level":"ERROR","message":"Shard 0 failed to start","target":"text_generation_launcher","filename":"launcher/src/main.rs","line_number":1},',
+            None,
+            None,
+            None,
+        ),
+        (
+            '{"timestamp":"2024-02-14T06:49:24.783316Z","level":"ERROR","message":"Shard 0 failed to start","target":"text_generation_launcher","spans":[{"name":"shard-manager","rank":0}]}',
+            "Shard 0 failed to start",
+            "ERROR",
+            "2024-02-14T06:49:24.783316Z",
+        ),
+        # tracing's default JSON: the message inside "fields", other fields after it
+        (
+            '{"timestamp":"2024-02-14T06:49:27.099268Z","level":"INFO","fields":{"message":"Waiting for shard to be ready...","rank":0},"target":"text_generation_launcher"}',
+            "Waiting for shard to be ready... rank=0",
+            "INFO",
+            "2024-02-14T06:49:27.099268Z",
+        ),
+        # a cloud logger's record and journalctl -o json
+        (
+            '{"textPayload":"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.","timestamp":"2025-03-01T10:00:00Z","severity":"ERROR"}',
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            "ERROR",
+            "2025-03-01T10:00:00Z",
+        ),
+        (
+            '{"MESSAGE":"INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5","_PID":"4242","_COMM":"python3"}',
+            "vLLM API server version 0.8.5",
+            "INFO",
+            "03-01 10:00:00",
+        ),
+    ],
+)
+def test_json_log_records_read_as_their_lines(raw, message, level, ts):  # type: ignore[no-untyped-def]
+    line = make_line("x", 1, raw.encode())
+    if message is None:  # not a JSON object (a trailing comma): the line as it is
+        assert line.text == raw
+        return
+    assert line.message == message and line.level == level and line.timestamp == ts
+
+
+def test_json_that_is_not_a_log_record_stays_as_it_is():  # type: ignore[no-untyped-def]
+    for raw in (
+        '{"function":"load_model","level":"ERR","line":410,"msg":"unable to load model"}',  # llama.cpp's own
+        '{"model": "x", "max_tokens": 5}',  # a request body someone logged
+        "{not json}",
+    ):
+        assert make_line("x", 1, raw.encode()).text == raw
+
+
+@pytest.mark.skipif(not (SHARED / "real-logs").is_dir(), reason="../shared/real-logs is not here")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm-053-oom-runtime-v1-rtx3090-real-workload",
+        "tgi-201-tp_mismatch-vocab-not-divisible-3-shards",
+        "sglang-214-oom_load-mixtral-8x7b-single-gpu-tp-not-set",
+        "ollama-205-driver-cuda-init-error-3-v100-cpu-fallback",
+        "vllm-402-healthy-ctrlc-port-used-warning",
+    ],
+)
+def test_a_real_log_from_dockers_json_file_reads_the_same(name, know, tmp_path):  # type: ignore[no-untyped-def]
+    import json
+
+    from diagnose.pipeline import scan_paths
+
+    src = SHARED / "real-logs" / name / "log.txt"
+    lines = src.read_text(errors="replace").split("\n")
+    wrapped = tmp_path / "container-json.log"
+    wrapped.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "log": x + "\n",
+                    "stream": "stderr",
+                    "time": f"2025-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}.0Z",
+                }
+            )
+            for i, x in enumerate(lines)
+        )
+    )
+    a, b = scan_paths([str(src)], know), scan_paths([str(wrapped)], know)
+    assert (b.status, b.primary and b.primary.cls, b.primary and b.primary.oom_phase) == (
+        a.status,
+        a.primary and a.primary.cls,
+        a.primary and a.primary.oom_phase,
+    )
