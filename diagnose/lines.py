@@ -321,6 +321,10 @@ _HEAD: list[re.Pattern[str]] = [
     re.compile(r"(?P<wrap>[│┃|]\s|>\s?|\s+\|\s)"),
     # docker compose: "vllm  | " (service name, not a level word)
     re.compile(r"(?P<wrap>(?!" + _LEVELS + r"\b)[A-Za-z0-9][\w.-]*(?:-\d+)?\s+\|\s)"),
+    # kubectl logs --prefix: "[pod/vllm-7d9f8c-abcde/vllm] "
+    re.compile(r"(?P<wrap>\[pod/[^\]/\s]+/[^\]\s]+\]\s)"),
+    # cat -n / nl: the line number and a tab
+    re.compile(r"(?P<wrap>\s*\d+\t)"),
     # Ray core: [2025-05-26 18:58:10,599 E 629624 629624] logging.cc:496:
     re.compile(
         r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[.,]\d+) (?P<lv1>[IWEF]) (?P<pid>\d+) \d+\]\s+"
@@ -330,13 +334,17 @@ _HEAD: list[re.Pattern[str]] = [
 # after the engines' own layouts: a bracketed engine stamp ("[2025-01-23 19:35:20 TP0]") is
 # the engine's, not a bare timestamp
 _MID: list[re.Pattern[str]] = [
+    # (journald first: its short-iso form starts with the same time as a bare RFC 3339 stamp)
+    # journald: "Feb 03 10:11:12 host ollama[1234]: ", and -o short-iso's ISO time
+    re.compile(
+        r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}|(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?))"
+        r" \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"
+    ),
     # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets, LMDeploy's " - ")
     re.compile(
         r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"
         r"(?:\s+-\s+|\s*\|\s*|\s+)"
     ),
-    # journald: "Feb 03 10:11:12 host ollama[1234]: "
-    re.compile(r"[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"),
 ]
 _TAIL: list[re.Pattern[str]] = [
     # a process in parentheses: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839), Ray's (pid=12, ip=…)
@@ -401,6 +409,36 @@ def split_prefixes(line: Line) -> Line:
         s = s.rstrip()
         if s.endswith(("│", "┃")):
             s = s[:-1].rstrip()
+    rest = _peel(line, s)
+    if rest is s and s and not s[0].isspace():
+        # no layer known at the start: a wrapper we do not know (a custom logger, `kubectl
+        # logs --prefix`, `cat -n`) may sit in front of a layout we do; take it only when
+        # what follows reads as a whole engine prefix (a level and a time or a process)
+        for m in _LAYOUT_START.finditer(s, 1, min(len(s), 160)):
+            if s[m.start() - 1] not in _WRAPPER_ENDS:
+                continue
+            trial = Line(source=line.source, number=line.number, text=line.text)
+            after = _peel(trial, s[m.start() :])
+            if trial.level and (trial.timestamp or trial.process):
+                for k in ("level", "timestamp", "pid", "process", "rank", "location"):
+                    setattr(line, k, getattr(trial, k))
+                rest = after
+                break
+    line.message = rest
+    return line
+
+
+# where an engine's layout may begin after an unknown wrapper: a process tag, a bracketed or
+# ISO date, a level word; the character before it must end a wrapper
+_LAYOUT_START = re.compile(
+    r"\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
+)
+_WRAPPER_ENDS = frozenset(" \t]|:>")
+
+
+def _peel(line: Line, s: str) -> str:
+    """Peel the known prefix layers off s into the line's fields; the rest (s itself when
+    none matched)."""
     level_seen = False
     for _ in range(10):
         for pat in _PREFIXES:
@@ -413,8 +451,6 @@ def split_prefixes(line: Line) -> Line:
                 continue
             lv = g.get("level") or g.get("lv1")
             if lv:
-                if level_seen and pat is not _BARE_LEVEL:
-                    pass
                 if not line.level:
                     line.level = _LEVEL_NORMAL.get(lv, lv)
                 level_seen = True
@@ -448,8 +484,7 @@ def split_prefixes(line: Line) -> Line:
             break
         else:
             break
-    line.message = s
-    return line
+    return s
 
 
 def make_line(source: str, number: int, raw: bytes) -> Line:

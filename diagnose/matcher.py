@@ -110,6 +110,21 @@ class ScanResult:
     series_seen: int = 0  # stats lines in the run
 
 
+def paste_indent(block: bytes, sample: int = 40) -> bytes:
+    """The indentation every one of a log's first lines shares, when it is a paste's (four
+    spaces or a tab, as markdown code blocks indent): b"" otherwise. A traceback's own
+    two-space frames are not it."""
+    lines = [x for x in block.split(b"\n", sample)[:sample] if x.strip()]
+    if len(lines) < 3:
+        return b""
+    first = lines[0]
+    ws = first[: len(first) - len(first.lstrip(b" \t"))]
+    if not (ws.startswith(b"\t") or ws.startswith(b"    ")):
+        return b""
+    ws = b"\t" if ws.startswith(b"\t") else b"    "
+    return ws if all(x.startswith(ws) for x in lines) else b""
+
+
 class Scanner:
     def __init__(
         self, ruleset: RuleSet, profiles: Profiles, engine: str | None = None, keep_rule_lines: bool = False
@@ -162,6 +177,9 @@ class Scanner:
         self.source = "-"
         self.lineno = 0
         self._linenos: dict[str, int] = {}
+        # a log pasted as a markdown code block: every line indented the same (per source)
+        self._indents: dict[str, bytes] = {}
+        self._indent = b""
         self.hits: list[RecordedHit] = []
         self.hit_counts: dict[str, int] = defaultdict(int)
         self._seq = 0  # order of recorded hits, for the first and the latest kept per rule
@@ -265,6 +283,9 @@ class Scanner:
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
+        if self.source not in self._indents:
+            self._indents[self.source] = paste_indent(block)
+        self._indent = self._indents[self.source]
         if (
             self._index is None
             or self._lacking
@@ -377,6 +398,8 @@ class Scanner:
     # --- one candidate line -------------------------------------------------------------
 
     def _process(self, raw: bytes, found: set[str]) -> None:
+        if self._indent and raw.startswith(self._indent):
+            raw = raw[len(self._indent) :]
         line = make_line(self.source, self.lineno, raw)
         if line.timestamp:
             self.last_time = line.timestamp

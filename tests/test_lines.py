@@ -22,6 +22,61 @@ from .conftest import SHARED
 
 # (raw line, message, level, timestamp, process, rank, pid, location)
 CASES = [
+    # kubectl logs --prefix
+    (
+        "[pod/vllm-7d9f8c-abcde/vllm] (APIServer pid=1) ERROR 09-03 11:03:37 [core.py:712] ValueError: x",
+        "ValueError: x",
+        "ERROR",
+        "09-03 11:03:37",
+        "APIServer",
+        None,
+        1,
+        "core.py:712",
+    ),
+    # cat -n
+    (
+        "    12\tINFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5",
+        "vLLM API server version 0.8.5",
+        "INFO",
+        "05-01 10:00:00",
+        None,
+        None,
+        None,
+        "api_server.py:1",
+    ),
+    # journalctl -o short-iso: the host's time, the unit's process, then the engine's line
+    (
+        "2025-03-01T10:00:05+0000 gpu-01 python3[4242]: (EngineCore_DP0 pid=4250) ERROR 03-01 10:00:05 [core.py:1] boom",
+        "boom",
+        "ERROR",
+        "2025-03-01T10:00:05+0000",
+        "EngineCore_DP0",
+        None,
+        4250,
+        "core.py:1",
+    ),
+    # a wrapper nobody documents in front of a layout we know (stern's "pod container ")
+    (
+        "vllm-0 vllm INFO 05-01 10:00:00 [loggers.py:1] Engine 000: Running: 1 reqs",
+        "Engine 000: Running: 1 reqs",
+        "INFO",
+        "05-01 10:00:00",
+        None,
+        None,
+        None,
+        "loggers.py:1",
+    ),
+    # …but words before a level word are not a wrapper when no time or process follows
+    (
+        "Exception: ERROR while reading the config",
+        "Exception: ERROR while reading the config",
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ),
     (
         "(EngineCore_0 pid=1810465) ERROR 09-03 11:03:37 [core.py:712] ValueError: Free memory",
         "ValueError: Free memory",
@@ -373,3 +428,24 @@ def test_a_real_log_from_dockers_json_file_reads_the_same(name, know, tmp_path):
         a.primary and a.primary.cls,
         a.primary and a.primary.oom_phase,
     )
+
+
+def test_a_log_pasted_as_a_markdown_code_block_is_read_without_its_indent(know, tmp_path):  # type: ignore[no-untyped-def]
+    from diagnose.matcher import paste_indent
+    from diagnose.pipeline import scan_paths
+
+    log = (
+        "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/vllm/worker/worker.py", line 9, in determine_num_available_blocks\n'
+        "    self.model_runner.profile_run()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.00 GiB is free.\n"
+    )
+    pasted = "".join("    " + x + "\n" for x in log.splitlines())
+    (tmp_path / "a.log").write_text(log)
+    (tmp_path / "b.log").write_text(pasted)
+    a, b = scan_paths([str(tmp_path / "a.log")], know), scan_paths([str(tmp_path / "b.log")], know)
+    assert a.primary.cls == b.primary.cls == "oom" and a.primary.oom_phase == b.primary.oom_phase == "startup"
+    assert b.primary.evidence == a.primary.evidence
+    assert paste_indent(pasted.encode()) == b"    "
+    assert paste_indent(log.encode()) == b""  # a traceback's own two-space frames are not a paste

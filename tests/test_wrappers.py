@@ -1,0 +1,55 @@
+"""Real logs as they reach a user through collectors and terminals read the same as the raw
+files: the same status, class and OOM phase. Each wrapper is applied to every line of a
+sample of ../shared/real-logs (every third log, all engines)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import SHARED
+
+LOGS = sorted((SHARED / "real-logs").glob("*/log.txt"))[::3]
+
+
+def _time(i: int) -> str:
+    return f"10:{i // 60 % 60:02d}:{i % 60:02d}"
+
+
+WRAPPERS = {
+    "docker compose": lambda x, i: "vllm-1  | " + x,
+    "compose with colour": lambda x, i: "\x1b[36mllm-server-1  |\x1b[0m " + x,
+    "kubectl --prefix": lambda x, i: "[pod/vllm-7d9f8c-abcde/vllm] " + x,
+    "journald": lambda x, i: f"Mar 01 {_time(i)} gpu-host-01 python3[4242]: " + x,
+    "journald short-iso": lambda x, i: f"2025-03-01T{_time(i)}+0000 gpu-host-01 python3[4242]: " + x,
+    "docker json-file": lambda x, i: json.dumps(
+        {"log": x + "\n", "stream": "stderr", "time": f"2025-03-01T{_time(i)}.000000000Z"}
+    ),
+    "cat -n": lambda x, i: f"{i + 1:6d}\t" + x,
+    "markdown indent": lambda x, i: "    " + x,
+    "CRLF": lambda x, i: x + "\r",
+}
+
+
+def _verdict(know, path) -> tuple:  # type: ignore[no-untyped-def,type-arg]
+    from diagnose.pipeline import scan_paths
+
+    d = scan_paths([str(path)], know)
+    p = d.primary
+    return d.status, p.cls if p else None, p.oom_phase if p else None
+
+
+@pytest.mark.skipif(not LOGS, reason="../shared/real-logs is not here")
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+def test_a_wrapped_real_log_reads_like_the_raw_one(wrapper, know, tmp_path):  # type: ignore[no-untyped-def]
+    wrap = WRAPPERS[wrapper]
+    differ = []
+    for log in LOGS:
+        lines = log.read_text(errors="replace").split("\n")
+        out = tmp_path / "wrapped.log"
+        out.write_text("\n".join(wrap(x, i) for i, x in enumerate(lines)), errors="replace")
+        raw, wrapped = _verdict(know, log), _verdict(know, out)
+        if raw != wrapped:
+            differ.append(f"{log.parent.name}: {raw} -> {wrapped}")
+    assert not differ, "\n".join(differ)
