@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
-from .conftest import FIXTURES, run
+import pytest
+
+from .conftest import FIXTURES, SHARED, run
 
 OOM_LOAD_LOG = FIXTURES / "logs" / "vllm" / "oom-load-v1-tp2.log"
 HEALTHY_LOG = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
@@ -276,3 +278,21 @@ def test_a_rule_on_the_code_a_frame_echoes_yields_to_the_exception_line(know, tm
         and cut.primary.rule == "vllm.driver.uva-unavailable"
         and cut.primary.line == 3
     )
+
+
+@pytest.mark.skipif(not (SHARED / "real-logs").is_dir(), reason="../shared/real-logs is not here")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "sglang-212-oom_runtime-llama3-8b-a10g-prefill-13k-tokens-concurrent",
+        "sglang-211-oom_runtime-llama4-scout-4k-images-conc64-vision-encoder",
+    ],
+)
+def test_the_tail_of_a_log_keeps_its_oom_phase_from_the_stack(name, know, tmp_path):  # type: ignore[no-untyped-def]
+    """What users paste is often the last lines only: a traceback cut at its top, no timeline.
+    SGLang's request path (0.1-0.2's forward_prefill_batch; images embedded for a request)
+    still says runtime."""
+    lines = (SHARED / "real-logs" / name / "log.txt").read_text(errors="replace").split("\n")
+    d = _scan(know, tmp_path, "\n".join(lines[-40:]))
+    assert d.primary.cls == "oom" and d.primary.oom_phase == "runtime"
+    assert "the stack" in (d.primary.phase_evidence or "")
