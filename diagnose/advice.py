@@ -1077,8 +1077,8 @@ def advise_incomplete(
     stalled = (
         stopped or last_phase in STALL_PRONE or (multi and last_phase in ("load_weights", "weights_loaded"))
     )
-    if not stalled:
-        return []
+    if not stalled or (stopped and not last_phase):
+        return []  # stopped before any phase: nothing it waited on to name
     stall = Finding(
         rule="generic.stall",
         cls="hang",
@@ -1091,8 +1091,10 @@ def advise_incomplete(
         facts={"phase": "distributed_init" if waiting else last_phase},
     )
     changes = advise(stall, engine, launch, profiles, observed=observed)
+    from .render import PHASE_LABEL
+
     label = (
-        f"{last_phase} (where it was stopped)"
+        f"{PHASE_LABEL.get(last_phase, last_phase)} (where it was stopped)"
         if stopped
         else "distributed init"
         if last_phase == "distributed_init"
