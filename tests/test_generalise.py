@@ -230,13 +230,13 @@ def test_a_startup_that_ends_on_an_unexplained_error_line_failed_there(know, tmp
     text = (
         "INFO 06-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.1.1\n"
         "INFO 06-01 10:00:01 [utils.py:1] non-default args: {'model': 'Qwen/Qwen2.5-7B-Instruct', "
-        "'max_model_len': 32768, 'max_num_batched_tokens': 3}\n"
-        "(EngineCore pid=100) ERROR 06-01 10:00:02 [core.py:1] max_num_batched_tokens (3) must be "
-        "greater than or equal to max_num_seqs (256).\n"
+        "'max_model_len': 32768, 'max_loras': 3, 'max_num_seqs': 1}\n"
+        "(EngineCore pid=100) ERROR 06-01 10:00:02 [core.py:1] max_loras (3) must be less than or "
+        "equal to max_num_seqs (1).\n"
     )
     d = _scan(know, tmp_path, text)
     assert d.status == "failed" and d.primary.cls == "unknown_error"
-    assert "max_num_batched_tokens (3)" in d.primary.evidence
+    assert "max_loras (3)" in d.primary.evidence
     assert d.primary.title == "The startup ends on an error no rule explains"
 
 
