@@ -43,12 +43,15 @@ def run_guarded(command: Callable[[], int]) -> NoReturn:
 
 def main() -> NoReturn:
     argv = sys.argv[1:]
-    if argv[:1] == ["scan"]:
-        from .scan_command import read_scan_argv, run_scan
+    if argv[:1] == ["scan"] or (argv[:1] and argv[0].startswith("--")):
+        # `… | diagnose --json` is `diagnose scan --json -`: no command means scan
+        from .scan_command import SCAN_OPTIONS, read_scan_argv, run_scan
 
-        kw = read_scan_argv(argv[1:])
-        if kw is not None:
-            run_guarded(lambda: run_scan(**kw))
+        rest = argv[1:] if argv[0] == "scan" else argv
+        if argv[0] == "scan" or argv[0].partition("=")[0] in SCAN_OPTIONS:
+            kw = read_scan_argv(rest)
+            if kw is not None:
+                run_guarded(lambda: run_scan(**kw))
     from .cli import main as full_cli
 
     full_cli()

@@ -71,6 +71,10 @@ def test_pipe_without_command_means_scan(cli):
     assert p.returncode == 0 and p.stdout.decode().startswith("✓ ready")
     p = run([*cli, "scan", "-", "--json"], stdin=KV_LOG.read_bytes())
     assert json.loads(p.stdout)["source"] == "-"
+    # scan's options without the command: still a scan of the pipe
+    q = run([*cli, "--json", "--engine", "vllm"], stdin=KV_LOG.read_bytes())
+    assert q.returncode == p.returncode and json.loads(q.stdout)["primary"] == json.loads(p.stdout)["primary"]
+    assert run([*cli, "--nosuch"], stdin=b"x\n").returncode == 2  # not a scan option: the CLI says so
 
 
 def test_python_dash_m(cli):
