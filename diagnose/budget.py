@@ -194,6 +194,8 @@ class ModelShape:
     # full-attention layers with their own KV shape (Gemma 4: global_head_dim 512 and
     # num_global_key_value_heads): (kv heads, head dim); None when they match the others
     global_kv: tuple[int, int] | None = None
+    # vision tower: (ViT width, its MLP width, patches vLLM profiles the encoder with); 0 = none
+    vision: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def params_total(self) -> float:
@@ -223,6 +225,10 @@ def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[list[bool | None], 
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         return [c == "*" for c in pattern], None
+    every = text.get("sliding_window_pattern")
+    if isinstance(every, int) and every > 1 and window:
+        # Gemma 2 (2) and 3 (6): every n-th layer attends globally, the others in a window
+        return [True if (i + 1) % every == 0 else None for i in range(layers)], int(window)
     return [True] * layers, None
 
 
@@ -243,6 +249,40 @@ COUNT_FIELDS = (
 )
 
 
+# Names some families use for the usual fields (ChatGLM/GLM-4: num_layers, padded_vocab_size…).
+_ALIASES = {
+    "num_layers": "num_hidden_layers",
+    "padded_vocab_size": "vocab_size",
+    "ffn_hidden_size": "intermediate_size",
+    "kv_channels": "head_dim",
+    "seq_length": "max_position_embeddings",
+}
+# What a family's config class fills in when config.json leaves it out (transformers' own
+# defaults): Gemma ties its embeddings and interleaves sliding-window layers.
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 131072,
+        "sliding_window_pattern": 6,
+        "sliding_window": 4096,
+    },
+    "gemma2": {"tie_word_embeddings": True, "sliding_window_pattern": 2},
+    "gemma": {"tie_word_embeddings": True},
+}
+
+
+def _with_family_defaults(text: dict[str, Any], outer_type: str) -> dict[str, Any]:
+    """The config with its family's aliases read and its class defaults filled in."""
+    mtype = str(text.get("model_type") or outer_type)
+    fam = _FAMILY_DEFAULTS.get(mtype) or _FAMILY_DEFAULTS.get(mtype.removesuffix("_text")) or {}
+    missing = {k: v for k, v in fam.items() if k not in text}
+    aliased = {new: text[old] for old, new in _ALIASES.items() if old in text and new not in text}
+    if not missing and not aliased:
+        return text
+    return {**text, **missing, **aliased, "__filled__": sorted([*missing, *aliased])}
+
+
 def shape_from_config(
     cfg: dict[str, Any], quantization: str | None = None, dtype: str | None = None
 ) -> ModelShape:
@@ -250,6 +290,9 @@ def shape_from_config(
     naming the file and the field, never a traceback."""
     path = cfg.get("__path__", "config.json")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text = _with_family_defaults(text, str(cfg.get("model_type") or ""))
+    if text is not cfg.get("text_config") and "text_config" not in cfg:
+        cfg = {**cfg, **text}
     for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if _get(text, k) is None:
             raise ConfigError(f"{path}: field '{k}' missing: cannot size the model")
@@ -382,13 +425,26 @@ def _shape(
     norms = 2 * h * L + h
     embed = V * h * (1 if tied else 2)
     vision = 0.0
+    vision_shape = (0, 0, 0)
     vc = cfg.get("vision_config")
     if isinstance(vc, dict):
-        vh = int(_get(vc, "hidden_size", default=0) or 0)
+        # Qwen2-VL: embed_dim is the ViT's width, hidden_size the merger's output (the LLM's)
+        vh = int(_get(vc, "embed_dim", "hidden_size", default=0) or 0)
         vl = int(_get(vc, "num_hidden_layers", "depth", default=0) or 0)
-        vi = int(_get(vc, "intermediate_size", default=0) or 4 * vh)
+        vi = int(_get(vc, "intermediate_size", default=0) or int(vc.get("mlp_ratio") or 4) * vh)
         if vh and vl:
-            vision = vl * (4 * vh * vh + 2 * vh * vi) + vh * h
+            gated = str(vc.get("hidden_act", "")) in ("silu", "swiglu")  # Qwen2.5-VL's gated MLP
+            vision = vl * (4 * vh * vh + (3 if gated else 2) * vh * vi) + vh * h
+            merge = int(vc.get("spatial_merge_size") or 0)
+            if merge > 1:  # Qwen-VL's patch merger: (vh·m²)² then to the LLM's width
+                wide = vh * merge * merge
+                vision += wide * wide + wide * h
+                # vLLM profiles one image of the largest size: 16,384 tokens after merging
+                patches = 16384 * merge * merge
+            else:  # fixed-size images (SigLIP, CLIP): a batch's worth of them, about 8
+                side = int(vc.get("image_size") or 896) // max(1, int(vc.get("patch_size") or 14))
+                patches = 8 * side * side
+            vision_shape = (vh, vi, patches)
             partial.append("vision tower estimated from its hidden size, depth and MLP width")
     quantizable = L * attn + dense_mlp + expert_params
     kept = embed + norms + router + vision
@@ -445,6 +501,7 @@ def _shape(
         window,
     )
     shape.moe_intermediate = i_moe if experts else 0
+    shape.vision = vision_shape
     gd = int(text.get("global_head_dim") or 0)
     gh = int(text.get("num_global_key_value_heads") or 0)
     if (gd or gh) and (gd or d, gh or K) != (d, K):
@@ -828,7 +885,14 @@ def activation_gib(
     per_token = (3 * s.mlp_width + 3 * s.hidden) * s.dtype_bytes / tp
     forward = batched_tokens * per_token
     logits = min(seqs, batched_tokens) * s.vocab * 4  # gathered over TP: the whole vocabulary
-    return (forward + logits * SAMPLER_COPIES[_sampler_kind(engine, version)]) / GIB
+    text = forward + logits * SAMPLER_COPIES[_sampler_kind(engine, version)]
+    vh, vi, patches = s.vision
+    if engine in ("vllm", "generic") and patches:
+        # the encoder is profiled on its own, on dummy images of the largest size (vllm-419:
+        # Qwen2-VL's 32-layer ViT, 65,536 patches: 2.65 GiB, more than the text pass)
+        encoder = patches * (3 * vi + 4 * vh) * s.dtype_bytes / tp
+        return max(text, encoder) / GIB
+    return text / GIB
 
 
 def _patch(version: str | None) -> tuple[int, int, int]:

@@ -38,6 +38,16 @@ REFERENCE_PUBLISHED = {
     "openai-gpt-oss-120b": (117, 0.01),
     "moonshotai-Kimi-K2-Instruct": (1000, 0.03),
     "meta-llama-Llama-4-Scout-17B-16E-Instruct": (109, 0.015),
+    # vision towers: Qwen2-VL's ViT width is embed_dim (hidden_size is the merger's output),
+    # Qwen2.5-VL's MLP is gated, both merge patches before the LLM
+    "Qwen-Qwen2-VL-7B-Instruct": (8.29, 0.01),
+    "Qwen-Qwen2.5-VL-7B-Instruct": (8.29, 0.01),
+    # fields the config class fills in (Gemma 3's vocabulary, tied embeddings) and other
+    # families' names for the usual ones (ChatGLM's num_layers, padded_vocab_size, …)
+    "google-gemma-3-27b-it": (27.4, 0.01),
+    "google-gemma-2-9b": (9.24, 0.01),
+    "THUDM-chatglm3-6b": (6.24, 0.01),
+    "THUDM-glm-4-9b": (9.4, 0.01),
 }
 
 
@@ -265,3 +275,14 @@ def test_scan_with_config_joins_the_budget(cli):
     doc = json.loads(p.stdout)
     facts = doc["primary"]["facts"]
     assert facts["plan_weights_gib_per_gpu"] > 60 and "weights need" in doc["primary"]["note"]
+
+
+@pytest.mark.skipif(not (REFERENCE / "configs").is_dir(), reason="../shared/reference not present")
+def test_gemma_interleaves_sliding_window_layers():  # type: ignore[no-untyped-def]
+    """Gemma 2 alternates windowed and global layers; Gemma 3 attends globally every sixth
+    (sliding_window_pattern, filled from the config class when config.json omits it)."""
+    g2 = shape_from_config(load_config(str(REFERENCE / "configs" / "google-gemma-2-9b.json")))
+    g3 = shape_from_config(load_config(str(REFERENCE / "configs" / "google-gemma-3-27b-it.json")))
+    assert (g2.window, g2.window_layers, g2.attn_layers) == (4096, 21, 42)
+    assert (g3.window, g3.window_layers, g3.attn_layers) == (1024, 52, 62)
+    assert g3.tied and g3.vocab == 262208

@@ -460,3 +460,26 @@ if __name__ == "__main__":  # python -m tests.test_measured: the table with the 
             f"{what}: {sum(e <= (0.03 if what == 'weights' else 0.10) for e in errs)}/{len(errs)} within "
             f"{'3' if what == 'weights' else '10'} %, worst {max(errs):.1%}"
         )
+
+
+def test_the_vision_encoders_profiling_peak():  # type: ignore[no-untyped-def]
+    """vllm-419 (0.10.2, Qwen2-VL-2B on a 16 GiB card): "2.65 GiB for peak activation". vLLM
+    profiles the encoder on its own with one image of the largest size (16,384 tokens after the
+    2×2 merge: 65,536 patches through the ViT); that, not the 2048-token text pass, is the peak.
+    Qwen2-VL-7B's config carries the same ViT (embed_dim 1280, depth 32, mlp_ratio 4)."""
+    import dataclasses
+
+    from diagnose.budget import activation_gib
+
+    s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen2-VL-7B-Instruct.json")))
+    assert s.vision == (1280, 5120, 65536)
+    with_encoder = activation_gib(s, 2048, 256, 1, "vllm", "0.10.2")
+    text_only = activation_gib(dataclasses.replace(s, vision=(0, 0, 0)), 2048, 256, 1, "vllm", "0.10.2")
+    assert with_encoder == pytest.approx(2.65, rel=0.10) and with_encoder > text_only
+    assert activation_gib(s, 2048, 256, 1, "sglang", None) < with_encoder  # SGLang does not profile it
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
+def test_the_vision_row_is_in_its_log():  # type: ignore[no-untyped-def]
+    text = (LOGS / "vllm-419-healthy-v0102-qwen2vl-wsl" / "log.txt").read_text(errors="replace")
+    assert "2.65 GiB for peak activation" in text and "Qwen2-VL-2B-Instruct" in text and "(v0.10.2)" in text
