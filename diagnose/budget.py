@@ -521,6 +521,8 @@ def context_limit(text: dict[str, Any]) -> int | None:
     factor = rope.get("factor")
     if kind in ("", "default", "llama3", "longrope", "su", "mrope") or not isinstance(factor, (int, float)):
         return base
+    if str(text.get("model_type", "")).startswith("gemma3"):
+        return base  # Gemma 3's linear factor scales its global layers' rope; 131,072 is the limit
     if factor <= 1:
         return base
     if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):

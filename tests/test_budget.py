@@ -286,3 +286,4 @@ def test_gemma_interleaves_sliding_window_layers():  # type: ignore[no-untyped-d
     assert (g2.window, g2.window_layers, g2.attn_layers) == (4096, 21, 42)
     assert (g3.window, g3.window_layers, g3.attn_layers) == (1024, 52, 62)
     assert g3.tied and g3.vocab == 262208
+    assert g3.max_position == 131072  # its linear rope factor does not extend the limit
