@@ -875,7 +875,7 @@ def engine_defaults(
     if engine == "vllm" and engine_generation(version) == "v0":
         return 2048, 256, "V0"
     big = total_gib >= 70 and "a100" not in (gpu_name or "").lower()
-    where = f"a {total_gib:g} GiB GPU" + (f" ({gpu_name})" if gpu_name else "")
+    where = f"a {round(total_gib, 1):g} GiB GPU" + (f" ({gpu_name})" if gpu_name else "")
     return (8192, 1024, where) if big else (2048, 256, where)
 
 
@@ -1114,7 +1114,7 @@ def _what_would(p: Plan) -> list[str]:
         q, shorter = _fitting(_variant(p, tp=t, gpus=t * p.pp))
         if q.fits:
             out.append(
-                f"more GPUs: tp={t} on {t * p.pp} GPUs of {p.gpu_total_gib:g} GiB"
+                f"more GPUs: tp={t} on {t * p.pp} GPUs of {round(p.gpu_total_gib, 1):g} GiB"
                 + (f" with {ctx_flag} {shorter}" if shorter else "")
             )
             if not shorter:
@@ -1235,7 +1235,8 @@ def _evaluate(p: Plan) -> Plan:
             f"activations need {p.activation_gib:.1f} GiB, the {1 - util:.2f} left beside the KV cache "
             f"is {(1 - util) * (total - used - p.weights_gib_per_gpu - p.overhead_gib):.1f} GiB"
         )
-    elif p.kv_tokens < length:
+    elif p.max_concurrency < 1:
+        # sliding-window layers keep only their window: a request costs fewer tokens than its length
         p.reasons.append(f"the KV cache holds {p.kv_tokens} tokens, less than one request of {length}")
     if s.max_position and length > s.max_position:
         p.reasons.append(
@@ -1350,7 +1351,7 @@ def launch_text(p: Plan) -> str:
     Modelfile parameters. The generic engine gets its YAML config."""
     s, units = p.shape, p.units or engine_units(p.engine)
     layers = units.kv_budget == "layers"
-    fit_len = p.max_model_len if p.kv_tokens >= p.max_model_len else max(1024, p.kv_tokens // 1024 * 1024)
+    fit_len = p.max_model_len if p.max_concurrency >= 1 else max(1024, p.kv_tokens // 1024 * 1024)
     fit_len = min(fit_len, s.max_position or fit_len)
     if units.launch is None:
         seqs = max(1, int(p.kv_tokens / max(1, fit_len)))

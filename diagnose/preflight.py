@@ -263,7 +263,7 @@ def preflight(
                     why,
                     launch.get("quantization"),
                 )
-        elif p.kv_tokens < p.max_model_len:
+        elif p.max_concurrency < 1:
             to = len_down(p.kv_tokens) if p.kv_tokens >= 256 else None
             problem(
                 "max_model_len",

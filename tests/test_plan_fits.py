@@ -336,3 +336,18 @@ def test_a_privileged_port_or_a_foreign_address_is_not_a_taken_port():  # type: 
         s.listen()
         assert port_taken(s.getsockname()[1])
     assert not port_taken(8000, "192.0.2.1")  # TEST-NET-1: not an address of this host
+
+
+def test_sliding_window_layers_need_only_their_window():  # type: ignore[no-untyped-def]
+    """Gemma 3 keeps the whole context in 10 of 62 layers and 1,024 tokens in the others: one
+    131,072-token request costs far fewer cached tokens than 131,072 × every layer, so the plan
+    fits although the all-layer token count is below the context (vLLM's hybrid KV cache)."""
+    from diagnose.budget import load_config, plan, shape_from_config
+
+    s = shape_from_config(load_config(str(CONFIGS / "google-gemma-3-27b-it.json")))
+    p = plan(s, 2, 47.5, tp=2, max_model_len=131072)
+    assert p.kv_tokens < 131072 and p.max_concurrency >= 1 and p.fits
+    assert "--max-model-len 131072" in p.to_json()["launch"]
+    dense = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-32B.json")))
+    q = plan(dense, 2, 47.5, tp=2, max_model_len=131072)
+    assert q.max_concurrency < 1 and not q.fits  # no window: the whole context in every layer
