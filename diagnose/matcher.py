@@ -441,17 +441,18 @@ class Scanner:
         engine = self._active_engine()
         # outside a traceback, a quiet line's words are never kept (see _vocab): not even searched
         no_words = tb is None and line.level in QUIET_LEVELS
+        vocab: list[Rule] = []
         for h in handlers:
             if isinstance(h, Rule):
-                if no_words and h.layer == "vocabulary":
+                if h.layer == "vocabulary":
+                    # searched after the rules, and only where a word can count: not on a frame
+                    # line, not on a line a rule explains (compiling a class's words costs ms)
+                    if not no_words and not frame:
+                        vocab.append(h)
                     continue
                 target = msg if h.scope == "message" else line.text
                 m = h.search(target)
                 if m is None:
-                    continue
-                if h.layer == "vocabulary":
-                    if not frame:
-                        words.append((h, m.group(0)))
                     continue
                 matched_rule = True
                 if tb is not None and line.number == tb.last_frame + 1 and msg.startswith((" ", "\t")):
@@ -465,6 +466,10 @@ class Scanner:
                     self._detect_evidence(h.engines[0], RULE_EVIDENCE_WEIGHT, line)
             elif isinstance(h, Marker):
                 self._marker(h, line, engine)
+        for h in vocab if not matched_rule else ():
+            m = h.search(msg if h.scope == "message" else line.text)
+            if m is not None:
+                words.append((h, m.group(0)))
         if not matched_rule:  # a line a specific rule explained is that rule's finding already
             for h, term in words:
                 self._vocab(h, line, tb, term)
