@@ -126,6 +126,10 @@ class ConfigError(InputError):
 
 def load_config(path: str) -> dict[str, Any]:
     p = Path(path)
+    if p.suffix.lower() == ".gguf" and p.is_file():
+        from .gguf import config_from_gguf
+
+        return config_from_gguf(str(p))  # Ollama's and llama.cpp's own files
     if p.is_dir():
         p = p / "config.json"
     try:
@@ -196,6 +200,8 @@ class ModelShape:
     global_kv: tuple[int, int] | None = None
     # vision tower: (ViT width, its MLP width, patches vLLM profiles the encoder with); 0 = none
     vision: tuple[int, int, int] = (0, 0, 0)
+    # a GGUF file's own bytes: per layer, token embeddings, output layer (gguf.config_from_gguf)
+    gguf: dict[str, Any] | None = None
 
     @property
     def params_total(self) -> float:
@@ -303,9 +309,20 @@ def shape_from_config(
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and k in COUNT_FIELDS[:4]):
             raise ConfigError(f"{path}: field '{k}' is {v!r}: it must be a positive whole number")
     try:
-        return _shape(cfg, text, quantization, dtype)
+        s = _shape(cfg, text, quantization, dtype)
     except (TypeError, ValueError, ZeroDivisionError, AttributeError, OverflowError, KeyError) as e:
         raise ConfigError(f"{path}: a field has a value no model has ({type(e).__name__}: {e})") from None
+    g = cfg.get("__gguf__")
+    if isinstance(g, dict) and not quantization:
+        # the file is the weights: its tensors' bytes, exactly, and its own quantisation
+        s = dataclasses.replace(
+            s,
+            gguf=g,
+            quant=g.get("file_type") or s.quant,
+            exact_bytes=int(g["bytes"]),
+            exact_from=f"{Path(str(path)).name}'s tensors",
+        )
+    return s
 
 
 def _shape(
@@ -1257,6 +1274,12 @@ def _evaluate_layers(p: Plan) -> Plan:
     embed = s.vocab * s.hidden * bpw
     output = s.vocab * s.hidden * bpw
     repeating = max(0.0, weight_bytes(s) - embed - (0 if s.tied else output)) / max(1, s.layers)
+    layer_bytes = [repeating] * s.layers
+    if s.gguf and s.gguf.get("layer_bytes") and len(s.gguf["layer_bytes"]) == s.layers:
+        # the file says what each layer weighs; llama.cpp offloads the last ones first
+        layer_bytes = [float(x) for x in s.gguf["layer_bytes"]][::-1]
+        embed, output = float(s.gguf["embed_bytes"]), float(s.gguf["output_bytes"])
+        repeating = sum(layer_bytes) / max(1, s.layers)
     seqs = p.max_num_seqs
     tokens = p.max_model_len * (seqs if units.context == "per_sequence" else 1)
     per_seq = p.max_model_len if units.context == "per_sequence" else max(1, p.max_model_len // max(1, seqs))
@@ -1265,10 +1288,14 @@ def _evaluate_layers(p: Plan) -> Plan:
         p.max_num_batched_tokens * min(p.max_model_len, 8192) * s.heads * 2
     )
     room = max(0.0, p.gpus * (p.gpu_total_gib - p.used_gib - units.reserve_gib) * GIB - graph)
-    cost = repeating + kv_layer
-    n = min(s.layers, int(room // cost)) if cost else s.layers
-    p.gpu_layers = n + (1 if n == s.layers and room - n * cost >= output else 0)
-    on_gpu = n * repeating + (output if p.gpu_layers > s.layers else 0)
+    n, used = 0, 0.0
+    for b in layer_bytes:  # the heaviest-first order does not matter: llama.cpp's own order
+        if used + b + kv_layer > room:
+            break
+        used += b + kv_layer
+        n += 1
+    p.gpu_layers = n + (1 if n == s.layers and room - used >= output else 0)
+    on_gpu = sum(layer_bytes[:n]) + (output if p.gpu_layers > s.layers else 0)
     p.weights_gib_per_gpu = on_gpu / max(1, p.gpus) / GIB
     p.kv_gib_per_gpu = n * kv_layer / max(1, p.gpus) / GIB
     p.activation_gib = graph / GIB
@@ -1283,7 +1310,8 @@ def _evaluate_layers(p: Plan) -> Plan:
         f"{tokens:,} tokens ({ctx_flag} {p.max_model_len}"
         + (f" × {p.max_num_seqs} parallel" if units.context == "per_sequence" and p.max_num_seqs > 1 else "")
         + "); token embeddings on the CPU",
-        f"weights: {weight_bytes(s) / GIB:.2f} GiB as {s.quant}, {repeating / GIB:.3f} GiB a layer",
+        f"weights: {weight_bytes(s) / GIB:.2f} GiB as {s.quant}, {repeating / GIB:.3f} GiB a layer"
+        + (f" ({s.exact_from})" if s.exact_from else ""),
         f"compute graph {graph / GIB:.2f} GiB for a {p.max_num_batched_tokens}-token batch; "
         f"{units.reserve_gib} GiB a GPU kept free (CUDA context, the engine's minimum)",
     ]

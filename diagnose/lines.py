@@ -285,7 +285,9 @@ def unwrap_json(text: str) -> str | None:
     level = next((obj[k] for k in _LEVEL_KEYS if isinstance(obj.get(k), str)), None)
     if isinstance(obj.get("target"), str):  # Rust tracing (TGI): "TIME  LEVEL span: target: message k=v"
         spans = obj.get("spans") if isinstance(obj.get("spans"), list) else []
-        names = "".join(f"{s['name']}: " for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str))
+        names = "".join(
+            f"{s['name']}: " for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)
+        )
         extra = "".join(f" {k}={v}" for k, v in fields.items() if k != "message")
         return f"{when or ''}  {(level or 'INFO').upper()} {names}{obj['target']}: {msg}{extra}".lstrip()
     if key == "log":  # a container runtime's record: its time, then the program's own line
