@@ -250,3 +250,45 @@ def test_check_speaks_the_launchs_engine():  # type: ignore[no-untyped-def]
     assert not [p for p in doc["problems"] if p["param"] != "port"], doc["problems"]
     doc = _check("1x24", "vllm serve llama --max-model-len 100000 --port 1", "--engine-version", "0.6.4")
     assert any("vLLM 0.6.4 (given)" in n for n in doc["notes"])
+
+
+# SGLang: the KV pool is mem_fraction_static × the memory free at start, less the weights
+# ("Load weight begin. avail mem=…", "KV Cache is allocated. … #tokens: N")
+# (log, config, quantisation, free GiB at start, mem_fraction_static, context_length, tokens)
+SGLANG_ROWS = [
+    (
+        "sglang-201-healthy-qwen25-7b-awq-no-cuda-graph-serving",
+        "Qwen-Qwen2.5-7B.json",
+        "awq",
+        15.08,
+        0.82,
+        32768,
+        133052,
+    ),
+    (
+        "sglang-105-healthy-hicache-mooncake-debug-kv-97pct-llama32-3b",
+        "meta-llama-Llama-3.2-3B.json",
+        None,
+        44.11,
+        0.2,
+        35000,
+        25169,
+    ),
+]
+
+
+@pytest.mark.parametrize("row", SGLANG_ROWS, ids=[r[0][:40] for r in SGLANG_ROWS])
+def test_sglang_pool_against_the_engine(row):  # type: ignore[no-untyped-def]
+    _, config, quant, free, frac, ctx, tokens = row
+    s = shape_from_config(load_config(str(CONFIGS / config)), quant)
+    p = plan(s, 1, free, tp=1, util=frac, max_model_len=ctx, units=engine_units("sglang"))
+    assert p.kv_tokens == pytest.approx(tokens, rel=0.06)  # the weights' estimate is the error
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
+@pytest.mark.parametrize("row", SGLANG_ROWS, ids=[r[0][:40] for r in SGLANG_ROWS])
+def test_each_sglang_row_is_in_its_log(row):  # type: ignore[no-untyped-def]
+    log, _, _, free, frac, _, tokens = row
+    text = (LOGS / log / "log.txt").read_text(errors="replace")
+    assert f"Load weight begin. avail mem={free:.2f} GB" in text
+    assert f"mem_fraction_static={frac}" in text and f"#tokens: {tokens}" in text
