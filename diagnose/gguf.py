@@ -160,6 +160,8 @@ def config_from_gguf(path: str) -> dict[str, Any]:
         raise GGUFError(
             f"{path}: the header lacks {arch}.block_count / embedding_length / attention.head_count"
         )
+    if not all(isinstance(x, int) and 0 < x < 1_000_000 for x in (heads, hidden, layers)):
+        raise GGUFError(f"{path}: {arch}.block_count / embedding_length / attention.head_count out of range")
     vocab = meta.get("tokenizer.ggml.tokens") or a("vocab_size")
     cfg: dict[str, Any] = {
         "model_type": arch,

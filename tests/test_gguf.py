@@ -130,6 +130,14 @@ def test_plan_for_llama_server_from_the_gguf_alone(tmp_path):  # type: ignore[no
     assert doc["gpu_layers"] == 33 and doc["weights_from"] == "m.gguf's tensors"
 
 
+def test_a_header_with_impossible_numbers_is_one_line(tmp_path):  # type: ignore[no-untyped-def]
+    f = tmp_path / "huge.gguf"
+    meta = {"general.architecture": "llama", "llama.block_count": 4_000_000_000}
+    write_gguf(f, {**meta, "llama.embedding_length": 4096, "llama.attention.head_count": 32}, [])
+    r = run([*DIAGNOSE, "plan", "--config", str(f)], text=True)
+    assert r.returncode == 2 and "out of range" in r.stderr and "MemoryError" not in r.stderr
+
+
 @pytest.mark.parametrize(
     ("data", "msg"),
     [
