@@ -238,6 +238,13 @@ def _layer_kinds(text: dict[str, Any], layers: int) -> tuple[list[bool | None], 
     return [True] * layers, None
 
 
+# far above any model's: a config past them is broken (a loop over 10^12 layers would not end)
+COUNT_LIMITS = {
+    "num_hidden_layers": 100_000,
+    "n_routed_experts": 1_000_000,
+    "num_experts": 1_000_000,
+    "num_local_experts": 1_000_000,
+}
 COUNT_FIELDS = (
     "hidden_size",
     "num_hidden_layers",
@@ -308,6 +315,8 @@ def shape_from_config(
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and k in COUNT_FIELDS[:4]):
             raise ConfigError(f"{path}: field '{k}' is {v!r}: it must be a positive whole number")
+        if v > COUNT_LIMITS.get(k, 1 << 40):
+            raise ConfigError(f"{path}: field '{k}' is {v}: no model has that many")
     try:
         s = _shape(cfg, text, quantization, dtype)
     except (TypeError, ValueError, ZeroDivisionError, AttributeError, OverflowError, KeyError) as e:

@@ -149,6 +149,10 @@ def test_bad_configs_are_clean_errors(tmp_path):
     )
     s = shape_from_config(load_config(str(bad)))
     assert s.params_total > 0 and any("zeta" in x for x in s.partial)
+    huge = {"hidden_size": 4096, "num_hidden_layers": 10**12, "num_attention_heads": 32, "vocab_size": 32000}
+    bad.write_text(json.dumps(huge))
+    with pytest.raises(ConfigError, match="no model has that many"):  # not a loop that never ends
+        shape_from_config(load_config(str(bad)))
 
 
 def test_parse_gpus_spec_and_launch():
