@@ -342,6 +342,10 @@ _MID: list[re.Pattern[str]] = [
         r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}|(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?))"
         r" \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"
     ),
+    # Kubernetes CRI log files (containerd, CRI-O: /var/log/containers/*.log): time, stream, P/F
+    re.compile(
+        r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [PF] "
+    ),
     # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets, LMDeploy's " - ")
     re.compile(
         r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"

@@ -27,6 +27,7 @@ WRAPPERS = {
         {"log": x + "\n", "stream": "stderr", "time": f"2025-03-01T{_time(i)}.000000000Z"}
     ),
     "cat -n": lambda x, i: f"{i + 1:6d}\t" + x,
+    "kubernetes CRI file": lambda x, i: f"2025-03-01T{_time(i)}.123456789Z stderr F " + x,
     "markdown indent": lambda x, i: "    " + x,
     "CRLF": lambda x, i: x + "\r",
 }
