@@ -66,7 +66,32 @@ def _open(source: Source) -> BinaryIO:
     head = f.peek(2)[:2] if hasattr(f, "peek") else b""
     if head == b"\x1f\x8b":
         return _GunzipStream(f)  # type: ignore[return-value]
+    if head in (b"\xff\xfe", b"\xfe\xff"):
+        return _Utf16Stream(f)  # type: ignore[return-value]
     return f
+
+
+class _Utf16Stream:
+    """A UTF-16 file (what Windows PowerShell 5's `>` writes) as UTF-8 bytes, as it streams."""
+
+    def __init__(self, raw: BinaryIO):
+        import codecs
+
+        self._raw = raw
+        self._dec = codecs.getincrementaldecoder("utf-16")("replace")
+
+    def read(self, size: int) -> bytes:
+        out = b""
+        while len(out) < size // 2:
+            chunk = self._raw.read(size)
+            text = self._dec.decode(chunk, final=not chunk)
+            out += text.encode("utf-8")
+            if not chunk:
+                break
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 class _GunzipStream:
@@ -149,6 +174,8 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
                 raise InputError(f"{source.name}: read error: {e.strerror or e}") from None
             if first:
                 first = False
+                if chunk.startswith(b"\xef\xbb\xbf"):
+                    chunk = chunk[3:]  # a UTF-8 byte-order mark (Windows editors) is not text
                 if chunk and _looks_binary(chunk):
                     raise InputError(f"{source.name}: binary data, not a text log")
             if not chunk:

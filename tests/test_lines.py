@@ -449,3 +449,26 @@ def test_a_log_pasted_as_a_markdown_code_block_is_read_without_its_indent(know, 
     assert b.primary.evidence == a.primary.evidence
     assert paste_indent(pasted.encode()) == b"    "
     assert paste_indent(log.encode()) == b""  # a traceback's own two-space frames are not a paste
+
+
+def test_utf16_and_byte_order_marks_are_read_as_text(know, tmp_path):  # type: ignore[no-untyped-def]
+    """Windows PowerShell 5's `>` writes UTF-16 with a byte-order mark; editors add a UTF-8 one.
+    Both read as the same log (not as binary data, not with a mark glued to the first line)."""
+    from diagnose.pipeline import scan_paths
+
+    log = (
+        "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 23.65 GiB of which 1.00 GiB is free.\n"
+    )
+    want = None
+    for enc in ("utf-8", "utf-16", "utf-16-be", "utf-8-sig"):
+        f = tmp_path / f"{enc}.log"
+        data = log.encode(enc)
+        if enc == "utf-16-be":
+            data = b"\xfe\xff" + data
+        f.write_bytes(data)
+        d = scan_paths([str(f)], know)
+        got = (d.engine.version, d.primary.cls, d.primary.evidence)
+        want = want or got
+        assert got == want and got[0] == "0.8.5", enc
