@@ -63,12 +63,24 @@ def _open(source: Source) -> BinaryIO:
         f = open(source.path, "rb")  # noqa: SIM115 - closed by the caller
     except OSError as e:
         raise InputError(f"{source.name}: cannot read: {e.strerror or e}") from None
-    head = f.peek(2)[:2] if hasattr(f, "peek") else b""
-    if head == b"\x1f\x8b":
+    head = f.peek(64)[:64] if hasattr(f, "peek") else b""
+    if head[:2] == b"\x1f\x8b":
         return _GunzipStream(f)  # type: ignore[return-value]
-    if head in (b"\xff\xfe", b"\xfe\xff"):
+    if _is_utf16(head):
         return _Utf16Stream(f)  # type: ignore[return-value]
     return f
+
+
+def _is_utf16(head: bytes) -> bool:
+    """A UTF-16 byte-order mark followed by text whose every other byte is NUL (ASCII in
+    UTF-16); stray \\xff\\xfe bytes at the start of a UTF-8 log are not one."""
+    if head[:2] == b"\xff\xfe":
+        high = head[3::2]  # little-endian: the high bytes follow the low ones
+    elif head[:2] == b"\xfe\xff":
+        high = head[2::2]
+    else:
+        return False
+    return len(high) >= 2 and high.count(0) * 2 >= len(high)
 
 
 class _Utf16Stream:
