@@ -382,6 +382,15 @@ def test_json_log_records_read_as_their_lines(raw, message, level, ts):  # type:
     assert line.message == message and line.level == level and line.timestamp == ts
 
 
+def test_journalctl_json_keeps_its_time():  # type: ignore[no-untyped-def]
+    raw = b'{"MESSAGE":"RuntimeError: CUDA error: out of memory","__REALTIME_TIMESTAMP":"1740823200123456","_PID":"4242"}'
+    line = make_line("x", 1, raw)
+    assert (
+        line.timestamp == "2025-03-01T10:00:00.123456Z"
+        and line.message == "RuntimeError: CUDA error: out of memory"
+    )
+
+
 def test_json_that_is_not_a_log_record_stays_as_it_is():  # type: ignore[no-untyped-def]
     for raw in (
         '{"function":"load_model","level":"ERR","line":410,"msg":"unable to load model"}',  # llama.cpp's own
