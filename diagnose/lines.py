@@ -322,10 +322,10 @@ def unwrap_json(text: str) -> str | None:
     msg = msg.rstrip("\r\n").replace("\n", " ⏎ ")
     when = next((obj[k] for k in _TIME_KEYS if isinstance(obj.get(k), str)), None)
     if when is None and str(obj.get("__REALTIME_TIMESTAMP", "")).isdigit():
-        from datetime import datetime, timezone  # journalctl -o json: microseconds since 1970
+        from datetime import UTC, datetime  # journalctl -o json: microseconds since 1970
 
         us = int(obj["__REALTIME_TIMESTAMP"])
-        when = datetime.fromtimestamp(us / 1e6, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        when = datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     level = next((obj[k] for k in _LEVEL_KEYS if isinstance(obj.get(k), str)), None)
     if isinstance(obj.get("target"), str):  # Rust tracing (TGI): "TIME  LEVEL span: target: message k=v"
         spans = obj.get("spans") if isinstance(obj.get("spans"), list) else []
