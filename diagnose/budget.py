@@ -811,6 +811,7 @@ class Plan:
     engine_version: str | None = None
     eager: bool = False  # no CUDA graphs: none to subtract
     units: EngineUnits | None = None
+    weights_room_gib: float = 0.0  # what the weights may take on a GPU (the engine's own way)
     gpu_layers: int = 0  # layer-offload engines: layers on the GPUs (of layers + 1, the output)
     weights_gib_per_gpu: float = 0.0
     activation_gib: float = 0.0
@@ -1199,7 +1200,12 @@ def _evaluate(p: Plan) -> Plan:
             "used by other processes is subtracted"
         )
     p.kv_gib_per_gpu = kv_room(p.weights_gib_per_gpu)
-    budget = p.kv_gib_per_gpu + p.weights_gib_per_gpu
+    # what the weights may take before nothing is left for the KV cache
+    if kind == "free_after_weights":
+        budget = total - used - p.overhead_gib - (p.activation_gib if engine in ("trtllm", "tgi") else 0.0)
+    else:
+        budget = p.kv_gib_per_gpu + p.weights_gib_per_gpu
+    p.weights_room_gib = budget
     per_tok = kv_bytes_per_token(s, kv_dtype, tp) / pp
     # each stage caches its own layers: the one with the least room per token decides
     per_layer = kv_bytes_per_token(s, kv_dtype, tp) / max(1, s.layers)
@@ -1249,8 +1255,7 @@ def _evaluate(p: Plan) -> Plan:
         p.reasons.append(
             f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
             if kind != "free_after_weights"
-            else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, "
-            f"{total - used - p.overhead_gib:.1f} GiB are free"
+            else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are free"
         )
     elif (
         kind == "free_after_weights"

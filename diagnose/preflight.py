@@ -236,7 +236,7 @@ def preflight(
         )
     elif shape is not None and total_gib is not None:
         p = plan_at(tp, max(gpus or tp * pp, tp * pp))
-        budget = p.weights_gib_per_gpu + p.kv_gib_per_gpu
+        budget = p.weights_room_gib
         if p.kv_gib_per_gpu < 0:
             better = plan_at(None, gpus or tp * pp)
             if better.fits and better.tp != tp:

@@ -247,6 +247,15 @@ def test_check_speaks_the_launchs_engine():  # type: ignore[no-untyped-def]
     assert "--ctx-size" in layers[0]["text"]  # the other way: a context short enough for all
     doc = _check("1x24", "lmdeploy serve api_server llama --session-len 8192 --server-port 1")
     assert doc["engine"] == "lmdeploy"
+    big = _check(
+        "1x24",
+        "lmdeploy serve api_server llama --session-len 8192 --server-port 1 --tp 1",
+        "--config",
+        str(CONFIGS / "Qwen-Qwen3-32B.json"),
+    )
+    weights = [p for p in big["problems"] if "weights need" in p["text"]]
+    # what is free after the CUDA context, not a share of a negative remainder
+    assert weights and "23.2 GiB are available" in weights[0]["text"], big["problems"]
     assert not [p for p in doc["problems"] if p["param"] != "port"], doc["problems"]
     doc = _check("1x24", "vllm serve llama --max-model-len 100000 --port 1", "--engine-version", "0.6.4")
     assert any("vLLM 0.6.4 (given)" in n for n in doc["notes"])
