@@ -594,12 +594,23 @@ class Advisor:
         total = _as_float(self.ctx.finding.facts.get("total_gib"))
         if s is None or total is None:
             return
-        from .budget import plan
+        from .budget import engine_units, plan
 
+        engine = self.ctx.engine if self.ctx.engine in self.ctx.profiles.by_engine else "vllm"
+        units = engine_units(engine, self.ctx.profiles)
+        if units.kv_budget == "layers":
+            return  # layer-offload engines have no parallel size: their advice is GPU layers
         gpus = self.ctx.visible_gpus or 8
         cur = _as_int(self.ctx.current("tensor_parallel_size")) or 1
-        util = _as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
-        p = plan(s, gpus, total, util=util, max_model_len=_as_int(self.ctx.current("max_model_len")) or 4096)
+        util = _as_float(self.ctx.current("gpu_memory_utilization"))  # in the engine's own units
+        p = plan(
+            s,
+            gpus,
+            total,
+            util=util,
+            max_model_len=_as_int(self.ctx.current("max_model_len")) or 4096,
+            units=units,
+        )
         if p.fits and p.tp <= cur:
             # the arithmetic says it fits as launched: the memory went elsewhere
             self.add(
