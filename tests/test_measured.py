@@ -430,6 +430,9 @@ def test_mla_kv_pool_as_sglang_allocates_it():  # type: ignore[no-untyped-def]
     assert per_token == 61 * 576 * 2
     pool = (36.48 - 22.00) * GIB - 2049 * 163840 * 4
     assert pool / per_token == pytest.approx(201681, rel=0.01)
+    # and the pool as the plan sizes it: mem_fraction_static 0.7 × the 76.94 GiB free at start,
+    # less the 40.46 GiB the weights took (the request table comes out of the other 30 %)
+    assert (0.7 * 76.94 - 40.46) * GIB / per_token == pytest.approx(201681, rel=0.02)
 
 
 @pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")
@@ -438,6 +441,7 @@ def test_the_mla_row_is_in_its_log():  # type: ignore[no-untyped-def]
         LOGS / "sglang-215-healthy-deepseek-r1-2x8-h800-tp16-startup-and-first-requests" / "log.txt"
     ).read_text(errors="replace")
     assert "Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=36.48 GB" in text
+    assert "Load weight begin. avail mem=76.94 GB" in text and "mem_fraction_static=0.7" in text
     assert "Memory pool end. avail mem=22.00 GB" in text
     assert "max_total_num_tokens=201681" in text and "max_running_requests=2049" in text
     assert "context_len=163840" in text and "tp_size=16" in text
