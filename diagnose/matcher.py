@@ -432,7 +432,7 @@ class Scanner:
                 tb = self._open_tb(stream, line)
             tb.last_frame = self.lineno
             if len(tb.frames) < MAX_FRAMES:
-                file = frame.group("file").rsplit("/", 1)[-1]
+                file = frame.group("file").replace("\\", "/").rsplit("/", 1)[-1]  # Windows paths too
                 tb.frames.append(frame.group("func"))
                 tb.frames.append(file[:-3] if file.endswith(".py") else file)
         closing = tb is not None and not frame and TRACEBACK_START not in msg and bool(_EXC_RE.match(msg))

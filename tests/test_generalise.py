@@ -296,3 +296,17 @@ def test_the_tail_of_a_log_keeps_its_oom_phase_from_the_stack(name, know, tmp_pa
     d = _scan(know, tmp_path, "\n".join(lines[-40:]))
     assert d.primary.cls == "oom" and d.primary.oom_phase == "runtime"
     assert "the stack" in (d.primary.phase_evidence or "")
+
+
+def test_a_windows_traceback_reads_like_a_linux_one(know, tmp_path):  # type: ignore[no-untyped-def]
+    """Backslashed paths, CRLF: the engine from its package path, the frames' file stems."""
+    log = (
+        "Traceback (most recent call last):\r\n"
+        '  File "C:\\Users\\me\\venv\\Lib\\site-packages\\vllm\\worker\\worker.py", line 9, in determine_num_available_blocks\r\n'
+        "    self.model_runner.profile_run()\r\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 23.65 GiB of which 1.00 GiB is free.\r\n"
+    )
+    d = _scan(know, tmp_path, log)
+    assert d.engine.name == "vllm" and d.primary.oom_phase == "startup"
+    assert d.primary.frames == ["determine_num_available_blocks", "worker"]
