@@ -12,12 +12,10 @@ persisted state of an online miner like Drain3 (whose last release is from 2022)
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import math
 import os
 import re
-from collections.abc import Iterator
 
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
@@ -338,22 +336,29 @@ def similarity(
 # --- writing --------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def locked(store: str) -> Iterator[None]:
-    """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost."""
-    if os.path.exists(store) and not os.path.isdir(store):
-        raise InputError(f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file")
-    try:
-        os.makedirs(store, exist_ok=True)
-        lf = open(os.path.join(store, ".lock"), "a+")  # noqa: SIM115 - closed by the with below
-    except OSError as e:
-        raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
-    with lf:
-        fcntl.flock(lf, fcntl.LOCK_EX)
+class locked:
+    """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost.
+    (A class, not a contextlib generator: contextlib would load on every scan.)"""
+
+    def __init__(self, store: str):
+        if os.path.exists(store) and not os.path.isdir(store):
+            raise InputError(
+                f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file"
+            )
         try:
-            yield
+            os.makedirs(store, exist_ok=True)
+            self._lf = open(os.path.join(store, ".lock"), "a+")  # noqa: SIM115 - closed in __exit__
+        except OSError as e:
+            raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._lf, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self._lf, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(lf, fcntl.LOCK_UN)
+            self._lf.close()
 
 
 def next_id(store: str) -> str:
