@@ -1370,7 +1370,11 @@ def _what_would_layers(p: Plan) -> list[str]:
                 break
     if 0 < p.gpu_layers <= s.layers:
         flag = units.flags.get("gpu_layers", "gpu_layers")
-        out.append(f"partial offload as is: {flag} {p.gpu_layers} ({p.gpu_layers} of {s.layers + 1} layers)")
+        whole = "" if out else "; no context or quantisation puts them all on these GPUs"
+        out.append(
+            f"running as is, slower: {flag} {p.gpu_layers} ({p.gpu_layers} of {s.layers + 1} layers on the "
+            f"GPU, the rest on the CPU){whole}"
+        )
     return out
 
 

@@ -1031,7 +1031,7 @@ def plan(
     for r in p.reasons:
         c.print(Text(f"  ✗ {r}", style="red"))
     for w in p.what_would:
-        c.print(Text(f"  → would fit: {w}", style="green"))
+        c.print(Text(f"  → {w}" if w.startswith("running as is") else f"  → would fit: {w}", style="green"))
     for a in p.assumptions + shape.partial:
         c.print(Text(f"  · {a}", style="dim"))
     c.print()
