@@ -206,12 +206,15 @@ class DeviceSnapshot:
                     + "): tensor parallelism runs at the pace and memory of the smallest",
                 )
             )
-        if parallel_size is not None and parallel_size > self.count:
+        healthy = sum(1 for g in self.gpus if not g.error)
+        if parallel_size is not None and parallel_size > healthy:
+            broken = self.count - healthy
             out.append(
                 Warning_(
                     "too_few_gpus",
                     f"the parallel size asks for {parallel_size} GPUs but {self.count} "
-                    f"{'is' if self.count == 1 else 'are'} visible",
+                    f"{'is' if self.count == 1 else 'are'} visible"
+                    + (f" and {broken} of them cannot be read (ERR!)" if broken else ""),
                 )
             )
         return out

@@ -285,3 +285,12 @@ def test_the_drivers_reserve_is_what_cuda_does_not_see(cli):  # type: ignore[no-
     assert json.loads(r.stdout)["gpu_total_gib"] == pytest.approx(79.18, abs=0.01)
     r = run([*cli, "plan", "--config", cfg, "--gpus", str(SMI / "table-8x-h100-570.txt")], text=True)
     assert "typical of the driver's reserve" in r.stdout
+
+
+def test_a_gpu_that_reads_err_does_not_count_for_the_parallel_size():  # type: ignore[no-untyped-def]
+    snap = parse_nvidia_smi((SMI / "table-2x-a100-550-err.txt").read_text())
+    assert [g.error for g in snap.gpus] == [False, True]
+    kinds = [w.kind for w in snap.warnings(2)]
+    assert kinds == ["gpu_error", "too_few_gpus"]
+    assert "1 of them cannot be read" in snap.warnings(2)[1].text
+    assert [w.kind for w in snap.warnings(1)] == ["gpu_error"]
