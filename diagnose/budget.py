@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1086,6 +1085,16 @@ def profiled_tokens(
     return n, f"{src}: max_num_batched_tokens defaults to {n} on {where}"
 
 
+def _outside_share(p: Plan, kind: str) -> tuple[float, float] | None:
+    """Engines whose KV share leaves the rest for activations: (the GiB left beside it, what
+    else must fit there besides the activations); None for the others."""
+    if kind == "free_static":  # SGLang: (1 − mem_fraction_static) of the free memory
+        return (1 - p.util) * (p.gpu_total_gib - p.used_gib), p.overhead_gib
+    if kind == "free_after_weights" and p.engine == "lmdeploy":  # of what the weights left
+        return (1 - p.util) * (p.gpu_total_gib - p.used_gib - p.weights_gib_per_gpu - p.overhead_gib), 0.0
+    return None
+
+
 def _fitting(q: Plan) -> tuple[Plan, int | None]:
     """The plan if it fits; else, when its weights fit and only the context does not, the same
     plan at the longest context its KV cache holds (and that length); else the plan, None."""
@@ -1110,9 +1119,12 @@ def _what_would(p: Plan) -> list[str]:
     if shorter:
         out.append(f"a shorter context: {ctx_flag} {shorter} at tp={p.tp}")
     if any(r.startswith("activations need") for r in p.reasons):
-        free = p.gpu_total_gib - p.used_gib - p.weights_gib_per_gpu - p.overhead_gib
-        share = math.floor((1 - p.activation_gib / free) * 20) / 20 if free > 0 else 0.0
-        if share >= 0.3 and _variant(p, util=share).fits:
+        share = 0.0
+        for step in range(int(p.util * 20) - 1, 5, -1):  # the largest share in 0.05 steps that fits
+            if _variant(p, util=step / 20).fits:
+                share = step / 20
+                break
+        if share:
             util_flag = flags.get("gpu_memory_utilization", "gpu_memory_utilization")
             out.append(f"a smaller KV share: {util_flag} {share:.2f} leaves the activations room")
     kv_flag = flags.get("kv_cache_dtype")
@@ -1167,11 +1179,10 @@ def _evaluate(p: Plan) -> Plan:
     stages = stage_weight_bytes(s, pp)
     padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
     p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
-    if kind == "free_static":
-        p.activation_gib = p.overhead_gib = 0.0  # outside SGLang's static fraction
-    else:
-        p.activation_gib = activation_gib(s, batched, seqs, tp, engine, p.engine_version)
-        p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
+    p.activation_gib = activation_gib(s, batched, seqs, tp, engine, p.engine_version)
+    p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
+    # SGLang: activations, CUDA graphs and the CUDA context live in the share outside the static
+    # fraction (not subtracted from the pool, but they must fit there)
     share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization') if p.units else 'util'} {util}"
 
     def kv_room(stage_weights_gib: float) -> float:
@@ -1257,14 +1268,10 @@ def _evaluate(p: Plan) -> Plan:
             if kind != "free_after_weights"
             else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are free"
         )
-    elif (
-        kind == "free_after_weights"
-        and engine == "lmdeploy"
-        and p.activation_gib > (1 - util) * (total - used - p.weights_gib_per_gpu - p.overhead_gib)
-    ):
+    elif (rest := _outside_share(p, kind)) is not None and p.activation_gib + rest[1] > rest[0]:
+        need, left = p.activation_gib + rest[1], rest[0]
         p.reasons.append(
-            f"activations need {p.activation_gib:.1f} GiB, the {1 - util:.2f} left beside the KV cache "
-            f"is {(1 - util) * (total - used - p.weights_gib_per_gpu - p.overhead_gib):.1f} GiB"
+            f"activations need {need:.1f} GiB, the {1 - util:.2f} left beside the KV cache is {left:.1f} GiB"
         )
     elif p.max_concurrency < 1:
         # sliding-window layers keep only their window: a request costs fewer tokens than its length

@@ -301,3 +301,17 @@ def test_each_sglang_row_is_in_its_log(row):  # type: ignore[no-untyped-def]
     text = (LOGS / log / "log.txt").read_text(errors="replace")
     assert f"Load weight begin. avail mem={free:.2f} GB" in text
     assert f"mem_fraction_static={frac}" in text and f"#tokens: {tokens}" in text
+
+
+def test_sglang_leaves_room_for_activations_and_graphs():  # type: ignore[no-untyped-def]
+    """SGLang's static share holds weights and the KV pool; its prefill activations, CUDA graphs
+    and the context live in the rest. A share that leaves too little is the classic startup
+    OOM: the plan says so and proposes the largest share that leaves them room."""
+    s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-8B.json")))
+    units = engine_units("sglang")
+    tight = plan(s, 1, 24.0, tp=1, util=0.97, max_model_len=8192, units=units)
+    assert not tight.fits and any(r.startswith("activations need") for r in tight.reasons)
+    share = next(w for w in tight.what_would if "--mem-fraction-static" in w)
+    to = float(share.split("--mem-fraction-static ")[1].split()[0])
+    assert 0.8 <= to < 0.97 and plan(s, 1, 24.0, tp=1, util=to, max_model_len=8192, units=units).fits
+    assert plan(s, 1, 24.0, tp=1, max_model_len=8192, units=units).fits  # its default 0.88 does
