@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,16 @@ def preflight(
                     why,
                     launch.get("quantization"),
                 )
+        elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
+            share = next((w for w in p.what_would if w.startswith("a smaller KV share")), "")
+            m = re.search(r" (\d\.\d\d) leaves", share)
+            problem(
+                "gpu_memory_utilization",
+                act,
+                m.group(1) if m else None,
+                "the largest share that still leaves the activations and CUDA graphs their room",
+                f"{util:.2f}",
+            )
         elif p.max_concurrency < 1:
             to = len_down(p.kv_tokens) if p.kv_tokens >= 256 else None
             problem(

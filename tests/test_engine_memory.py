@@ -315,3 +315,8 @@ def test_sglang_leaves_room_for_activations_and_graphs():  # type: ignore[no-unt
     to = float(share.split("--mem-fraction-static ")[1].split()[0])
     assert 0.8 <= to < 0.97 and plan(s, 1, 24.0, tp=1, util=to, max_model_len=8192, units=units).fits
     assert plan(s, 1, 24.0, tp=1, max_model_len=8192, units=units).fits  # its default 0.88 does
+    cfg = str(CONFIGS / "Qwen-Qwen3-8B.json")
+    launch = "python -m sglang.launch_server --model-path m --mem-fraction-static 0.97 --context-length 8192 --port 1"
+    r = run([*DIAGNOSE, "check", "--json", "--config", cfg, "--gpus", "1x24", "--", *launch.split()])
+    ch = [p["change"] for p in json.loads(r.stdout)["problems"] if p["param"] == "gpu_memory_utilization"]
+    assert ch and ch[0]["flag"] == "--mem-fraction-static" and ch[0]["to"] == f"{to:.2f}"
