@@ -688,7 +688,11 @@ class Advisor:
         obs = self.ctx.observed
         on_gpu = _as_int(obs.get("gpu_layers_offloaded")) or _as_int(self.ctx.current("gpu_layers"))
         layers = _as_int(obs.get("gpu_layers_total"))
-        ctx_now = _as_int(obs.get("n_ctx")) or _as_int(self.ctx.current("max_model_len"))
+        ctx_now = (
+            _as_int(obs.get("n_ctx"))
+            or _as_int(obs.get("n_ctx_per_seq"))  # one slot: the whole context
+            or _as_int(self.ctx.current("max_model_len"))
+        )
 
         def fewer_layers() -> None:
             if on_gpu:
