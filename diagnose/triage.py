@@ -164,9 +164,11 @@ def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
     return int(now - ready_t)
 
 
-def _mark_line(result: ScanResult, phase: str, before: int) -> int | None:
+def _mark_line(result: ScanResult, phase: str, before: int) -> str:
+    """" (line N)" of the phase's mark before this line, or "" (an earlier run's timeline is
+    gone once the server restarted)."""
     lines = [m.line for m in result.timeline if m.phase == phase and m.line <= before]
-    return lines[-1] if lines else None
+    return f" (line {lines[-1]})" if lines else ""
 
 
 def oom_phase(
@@ -179,17 +181,20 @@ def oom_phase(
         return "startup", None, "the KV cache is sized after the weights load"
     reached = rec.reached
     if "serving" in reached:
-        return "runtime", None, f"requests were being served (line {_mark_line(result, 'serving', at)})"
+        return "runtime", None, f"requests were being served{_mark_line(result, 'serving', at)}"
     if "ready" in reached:
         up = uptime(rec, result)
         ready_at = _mark_line(result, "ready", at)
         if up is not None and up > RUNTIME_AFTER_READY_S:
-            return "runtime", None, f"{up} s after the server became ready (line {ready_at})"
-        return "startup", None, f"right after the server became ready (line {ready_at}), before serving"
+            return "runtime", None, f"{up} s after the server became ready{ready_at}"
+        return "startup", None, f"right after the server became ready{ready_at}, before serving"
     from_marks = _phase_from_marks(rec.phase_at)
     if from_marks and rec.phase_at:
+        from .render import PHASE_LABEL
+
         where = _mark_line(result, rec.phase_at, at)
-        return from_marks, None, f"the startup timeline: during {rec.phase_at} (line {where})"
+        label = PHASE_LABEL.get(rec.phase_at, rec.phase_at)
+        return from_marks, None, f"the startup timeline: during {label}{where}"
     st = stack_phase(_frames(rec), profiles, engine)
     if st:
         return st[0], "stack", f"the stack: frame {st[1]}"
