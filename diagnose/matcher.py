@@ -105,6 +105,9 @@ class ScanResult:
     phase_last_line: dict[str, int] = field(default_factory=dict)
     run_start_line: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
+    # what the engine had reported by the end of each earlier run (a restart starts a new one),
+    # with the line each later run started at: advice on an earlier run's failure reads its own
+    observed_before: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     rule_runs: dict[str, int] = field(default_factory=dict)  # in how many runs each rule hit
     series: list[tuple[str, int, bytes]] = field(default_factory=list)  # sampled stats lines
     series_seen: int = 0  # stats lines in the run
@@ -210,6 +213,7 @@ class Scanner:
         self.vocab_takers: list[RecordedHit] = []  # unexplained errors still collecting words after them
         self.phase_last_line: dict[str, int] = {}
         self.run_start_line = 0
+        self.observed_before: list[tuple[int, dict[str, Any]]] = []
         self.unmatched_errors = 0
         self.unmatched_examples: list[Line] = []
         self.rule_lines: dict[str, list[int]] = defaultdict(list)
@@ -731,6 +735,9 @@ class Scanner:
         cur = PHASE_INDEX[self.current_phase] if self.current_phase else -1
         if phase in ("start", "args") and cur >= PHASE_INDEX["distributed_init"]:
             # the server started again: a new run begins
+            self.apply_observed()
+            if len(self.observed_before) < 64:
+                self.observed_before.append((line.number, dict(self.observed)))
             self.run += 1
             self.series = SeriesSampler()  # the serving series of the new run
             self.timeline = []
@@ -829,6 +836,7 @@ class Scanner:
             phase_last_line=dict(self.phase_last_line),
             run_start_line=self.run_start_line,
             observed=dict(self.observed),
+            observed_before=list(self.observed_before),
             rule_runs=dict(self.rule_runs),
             series=self.series.snapshot(),
             series_seen=self.series.seen,

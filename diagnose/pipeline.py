@@ -16,6 +16,8 @@ from .triage import build_findings, detect_engine, hang_finding, last_phase, ord
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:  # imported where used: a plain scan needs neither pyparsing's device grammar nor the budget
+    from typing import Any
+
     from .budget import ModelShape
     from .device import DeviceError, DeviceSnapshot
     from .serving import Serving
@@ -126,7 +128,7 @@ def diagnose(
         know.profiles,
         rule=rule,
         frames=set(primary.frames) if primary else None,
-        observed=result.observed,
+        observed=observed_at(result, primary),
         device=device,
         shape=shape,
     )
@@ -206,6 +208,16 @@ def serving_finding(s: Serving) -> Finding:
         time=p.time if p else None,
         note=s.why,
     )
+
+
+def observed_at(result: ScanResult, f: Finding | None) -> dict[str, Any]:
+    """What the engine had reported in the run the finding belongs to: a failure from before a
+    restart is advised on that run's context (its num_ctx, its KV tokens), not the last run's."""
+    if f is not None:
+        for started, seen in result.observed_before:
+            if f.line < started:
+                return seen
+    return result.observed
 
 
 def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]

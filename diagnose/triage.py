@@ -165,7 +165,7 @@ def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
 
 
 def _mark_line(result: ScanResult, phase: str, before: int) -> str:
-    """" (line N)" of the phase's mark before this line, or "" (an earlier run's timeline is
+    """ " (line N)" of the phase's mark before this line, or "" (an earlier run's timeline is
     gone once the server restarted)."""
     lines = [m.line for m in result.timeline if m.phase == phase and m.line <= before]
     return f" (line {lines[-1]})" if lines else ""

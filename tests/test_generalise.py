@@ -310,3 +310,14 @@ def test_a_windows_traceback_reads_like_a_linux_one(know, tmp_path):  # type: ig
     d = _scan(know, tmp_path, log)
     assert d.engine.name == "vllm" and d.primary.oom_phase == "startup"
     assert d.primary.frames == ["determine_num_available_blocks", "worker"]
+
+
+@pytest.mark.skipif(not (SHARED / "real-logs").is_dir(), reason="../shared/real-logs is not here")
+def test_advice_on_an_earlier_runs_failure_reads_that_runs_context(know):  # type: ignore[no-untyped-def]
+    """ollama-403: the runner failed at num_ctx 131072, then was started again at 8192 and
+    served. The failure's change halves the context it failed with, not the one that worked."""
+    from diagnose.pipeline import scan_paths
+
+    d = scan_paths([str(SHARED / "real-logs" / "ollama-403-oom_startup-kv-alloc-131k-ctx" / "log.txt")], know)
+    first = d.advice[0]
+    assert first.param == "max_model_len" and (first.frm, first.to) == ("131072", "65536")
