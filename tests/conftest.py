@@ -53,3 +53,17 @@ def pytest_configure(config):
     # hermetic: never read or write the developer's own incident store
     os.environ["DIAGNOSE_KB"] = tempfile.mkdtemp(prefix="diagnose-kb-")
     os.environ["DIAGNOSE_CACHE"] = tempfile.mkdtemp(prefix="diagnose-cache-")
+
+
+def profile_oom(root: str = "/x", sep: str = "/", eol: str = "\n") -> str:
+    """A vLLM V0 OOM while profiling, as its traceback prints it; tests reshape it (Windows
+    paths and CRLF, a paste's indent)."""
+    path = sep.join([root, "vllm", "worker", "worker.py"])
+    lines = [
+        "Traceback (most recent call last):",
+        f'  File "{path}", line 9, in determine_num_available_blocks',
+        "    self.model_runner.profile_run()",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+        "of 23.65 GiB of which 1.00 GiB is free.",
+    ]
+    return eol.join(lines) + eol

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from .conftest import FIXTURES, SHARED, run
+from .conftest import FIXTURES, SHARED, profile_oom, run
 
 OOM_LOAD_LOG = FIXTURES / "logs" / "vllm" / "oom-load-v1-tp2.log"
 HEALTHY_LOG = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
@@ -300,13 +300,7 @@ def test_the_tail_of_a_log_keeps_its_oom_phase_from_the_stack(name, know, tmp_pa
 
 def test_a_windows_traceback_reads_like_a_linux_one(know, tmp_path):  # type: ignore[no-untyped-def]
     """Backslashed paths, CRLF: the engine from its package path, the frames' file stems."""
-    log = (
-        "Traceback (most recent call last):\r\n"
-        '  File "C:\\Users\\me\\venv\\Lib\\site-packages\\vllm\\worker\\worker.py", line 9, in determine_num_available_blocks\r\n'
-        "    self.model_runner.profile_run()\r\n"
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-        "of 23.65 GiB of which 1.00 GiB is free.\r\n"
-    )
+    log = profile_oom("C:\\Users\\me\\venv\\Lib\\site-packages", "\\", "\r\n")
     d = _scan(know, tmp_path, log)
     assert d.engine.name == "vllm" and d.primary.oom_phase == "startup"
     assert d.primary.frames == ["determine_num_available_blocks", "worker"]

@@ -18,7 +18,7 @@ from diagnose.lines import (
     resolve_sources,
 )
 
-from .conftest import SHARED
+from .conftest import SHARED, profile_oom
 
 # (raw line, message, level, timestamp, process, rank, pid, location)
 CASES = [
@@ -443,13 +443,7 @@ def test_a_log_pasted_as_a_markdown_code_block_is_read_without_its_indent(know, 
     from diagnose.matcher import paste_indent
     from diagnose.pipeline import scan_paths
 
-    log = (
-        "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n"
-        "Traceback (most recent call last):\n"
-        '  File "/x/vllm/worker/worker.py", line 9, in determine_num_available_blocks\n'
-        "    self.model_runner.profile_run()\n"
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.00 GiB is free.\n"
-    )
+    log = "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n" + profile_oom()
     pasted = "".join("    " + x + "\n" for x in log.splitlines())
     (tmp_path / "a.log").write_text(log)
     (tmp_path / "b.log").write_text(pasted)
