@@ -459,6 +459,9 @@ def split_prefixes(line: Line) -> Line:
         s = s.rstrip()
         if s.endswith(("│", "┃")):
             s = s[:-1].rstrip()
+    learned = _LEARNED.get(line.source)
+    if learned and s.startswith(learned):
+        s = s[len(learned) :]  # a wrapper this source's other lines showed (below)
     rest = _peel(line, s)
     if rest is s and s and not s[0].isspace():
         # no layer known at the start: a wrapper we do not know (a custom logger, `kubectl
@@ -473,6 +476,10 @@ def split_prefixes(line: Line) -> Line:
                 for k in ("level", "timestamp", "pid", "process", "rank", "location"):
                     setattr(line, k, getattr(trial, k))
                 rest = after
+                if len(_LEARNED) < 64:
+                    # the same text in front of this source's other lines (tracebacks, bare
+                    # messages) is that wrapper too
+                    _LEARNED[line.source] = s[: m.start()]
                 break
     line.message = rest
     return line
@@ -484,6 +491,12 @@ _LAYOUT_START = re.compile(
     r"\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
 )
 _WRAPPER_ENDS = frozenset(" \t]|:>")
+_LEARNED: dict[str, str] = {}  # source -> an unknown wrapper peeled from its lines
+
+
+def forget_wrappers() -> None:
+    """A new scan learns its sources' wrappers afresh (a path read before may hold another log)."""
+    _LEARNED.clear()
 
 
 def _peel(line: Line, s: str) -> str:

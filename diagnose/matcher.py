@@ -14,7 +14,7 @@ from itertools import pairwise
 from .engines import Marker, Profiles
 from .facts import typed_facts
 from .launch import canonical_launch, parse_repr
-from .lines import make_line
+from .lines import forget_wrappers, make_line
 from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
@@ -180,6 +180,7 @@ class Scanner:
         self.source = "-"
         self.lineno = 0
         self._linenos: dict[str, int] = {}
+        forget_wrappers()
         # a log pasted as a markdown code block: every line indented the same (per source)
         self._indents: dict[str, bytes] = {}
         self._indent = b""

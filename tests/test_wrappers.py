@@ -30,6 +30,9 @@ WRAPPERS = {
     "kubernetes CRI file": lambda x, i: f"2025-03-01T{_time(i)}.123456789Z stderr F " + x,
     "markdown indent": lambda x, i: "    " + x,
     "CRLF": lambda x, i: x + "\r",
+    # a wrapper nobody documents (stern's "pod container"): learned from the lines whose own
+    # layout follows it, then peeled from the source's other lines too
+    "unknown constant wrapper": lambda x, i: "vllm-0 vllm " + x,
 }
 
 
