@@ -285,6 +285,12 @@ def test_the_drivers_reserve_is_what_cuda_does_not_see(cli):  # type: ignore[no-
     assert json.loads(r.stdout)["gpu_total_gib"] == pytest.approx(79.18, abs=0.01)
     r = run([*cli, "plan", "--config", cfg, "--gpus", str(SMI / "table-8x-h100-570.txt")], text=True)
     assert "typical of the driver's reserve" in r.stdout
+    # `-q -d MEMORY` on A100 80GB: 81,920 − 768 MiB reserved = the 79.25 GiB vLLM logs there
+    r = run(
+        [*cli, "plan", "--json", "--config", cfg, "--gpus", str(SMI / "query-q-memory-only-2x-a100.txt")],
+        text=True,
+    )
+    assert json.loads(r.stdout)["gpu_total_gib"] == pytest.approx(79.25, abs=0.01)
 
 
 def test_a_gpu_that_reads_err_does_not_count_for_the_parallel_size():  # type: ignore[no-untyped-def]
