@@ -50,7 +50,9 @@ QUANT_BYTES = {
     "gptq": 0.5 + (2 + 0.5) / INT4_GROUP,
     "fbgemm_fp8": 1.0,  # Meta's FP8 checkpoints: the MLPs only (see _not_converted)
     "modelopt": 1.0,  # NVIDIA ModelOpt FP8 (quant_algo FP8)
-    # GGUF (Ollama, llama.cpp): bits per weight of the whole file, mixed tensor types included
+}
+# GGUF (Ollama, llama.cpp): bits per weight of the whole file, mixed tensor types included
+GGUF_BYTES = {
     "iq2_m": 2.70 / 8,
     "iq3_s": 3.44 / 8,
     "iq3_m": 3.66 / 8,
@@ -65,21 +67,8 @@ QUANT_BYTES = {
     "q8_0": 8.50 / 8,
     "f16": 2.0,
 }
-GGUF_TYPES = {
-    "iq2_m",
-    "iq3_s",
-    "iq3_m",
-    "iq4_xs",
-    "iq4_nl",
-    "q2_k",
-    "q3_k_m",
-    "q4_0",
-    "q4_k_m",
-    "q5_k_m",
-    "q6_k",
-    "q8_0",
-    "f16",
-}
+QUANT_BYTES.update(GGUF_BYTES)
+GGUF_TYPES = frozenset(GGUF_BYTES)
 GGUF_DEFAULT = "q4_k_m"  # what Ollama's library tags and most published GGUF files carry
 
 
@@ -292,7 +281,7 @@ def _with_family_defaults(text: dict[str, Any], outer_type: str) -> dict[str, An
     aliased = {new: text[old] for old, new in _ALIASES.items() if old in text and new not in text}
     if not missing and not aliased:
         return text
-    return {**text, **missing, **aliased, "__filled__": sorted([*missing, *aliased])}
+    return {**text, **missing, **aliased}
 
 
 def shape_from_config(
@@ -807,9 +796,9 @@ class Plan:
     max_num_batched_tokens: int
     kv_dtype: str
     engine: str
+    units: EngineUnits  # how the engine sizes memory and spells its launch
     engine_version: str | None = None
     eager: bool = False  # no CUDA graphs: none to subtract
-    units: EngineUnits | None = None
     weights_room_gib: float = 0.0  # what the weights may take on a GPU (the engine's own way)
     gpu_layers: int = 0  # layer-offload engines: layers on the GPUs (of layers + 1, the output)
     weights_gib_per_gpu: float = 0.0
@@ -851,10 +840,10 @@ class Plan:
             "assumptions": self.assumptions,
             "weights_from": self.shape.exact_from or "config arithmetic",
             "engine": self.engine,
-            "kv_budget": self.units.kv_budget if self.units else "total",
+            "kv_budget": self.units.kv_budget,
             **(
                 {"gpu_layers": self.gpu_layers, "layers": self.shape.layers + 1}
-                if self.units and self.units.kv_budget == "layers"
+                if self.units.kv_budget == "layers"
                 else {}
             ),
             # a launch only when it fits: anything else would be a command that cannot work
@@ -887,10 +876,11 @@ GRAPHS_GIB = 0.75
 GRAPHS_FEW_SEQS_GIB = 0.15  # max_num_seqs under 32: a few capture sizes
 
 
-def version_tuple(version: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a vLLM version such as 0.10.2 or v0.11.0rc1; None for v0/v1 or none."""
-    m = re.match(r"v?(\d+)\.(\d+)", (version or "").strip().lower())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def version_tuple(version: str | None) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of a vLLM version such as 0.10.2 or v0.11.0rc1 (compares with
+    (0, 12) as a version does); None for v0/v1 or none."""
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (version or "").strip().lower())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
 def engine_defaults(
@@ -923,11 +913,6 @@ def activation_gib(
     return text / GIB
 
 
-def _patch(version: str | None) -> tuple[int, int, int]:
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", (version or "").strip().lower())
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (99, 0, 0)
-
-
 def _sampler_kind(engine: str, version: str | None) -> str:
     if engine not in ("vllm", "generic") or engine_generation(version) == "v0":
         return "one"
@@ -942,11 +927,7 @@ def overhead_gib(engine: str, version: str | None, shards: int, seqs: int, eager
         return 0.75 + (0.5 if shards > 1 else 0.0)
     gen = engine_generation(version) or "v1"
     v = version_tuple(version)
-    kind = (
-        "v0-free-memory"
-        if gen == "v0" and v is not None and v < (0, 7) and _patch(version) < (0, 6, 4)
-        else gen
-    )
+    kind = "v0-free-memory" if gen == "v0" and v is not None and v < (0, 6, 4) else gen
     out = NON_TORCH_GIB[kind] + (TP_BUFFERS_GIB if shards > 1 else 0.0)
     if gen == "v1" and not eager and (v is None or v >= (0, 21)):
         out += GRAPHS_GIB if seqs >= 32 else GRAPHS_FEW_SEQS_GIB
@@ -1014,10 +995,10 @@ def plan(
         batched,
         kv_dtype,
         engine,
+        units,
         gpu_name=gpu_name,
         engine_version=engine_version,
         eager=eager,
-        units=units,
     )
     if units.kv_budget == "layers":
         base.tp = tp or 1
@@ -1111,7 +1092,7 @@ def _fitting(q: Plan) -> tuple[Plan, int | None]:
 def _what_would(p: Plan) -> list[str]:
     """When nothing fits: the nearest launches that would, in the engine's own flags."""
     s = p.shape
-    flags = p.units.flags if p.units else {}
+    flags = p.units.flags
     ctx_flag = flags.get("max_model_len", "--max-model-len")
     out: list[str] = []
     fp8 = fp8_supported(p.gpu_name)
@@ -1168,12 +1149,12 @@ def _variant(p: Plan, **inputs: Any) -> Plan:
 
 def _evaluate(p: Plan) -> Plan:
     """Fill the computed fields of a plan from its inputs."""
-    if p.units is not None and p.units.kv_budget == "layers":
+    if p.units.kv_budget == "layers":
         return _evaluate_layers(p)
     s, gpus, total, used, tp, pp = p.shape, p.gpus, p.gpu_total_gib, p.used_gib, p.tp, p.pp
     util, length, seqs, batched = p.util, p.max_model_len, p.max_num_seqs, p.max_num_batched_tokens
     kv_dtype, engine = p.kv_dtype, p.engine
-    kind = p.units.kv_budget if p.units is not None else ("free_static" if engine == "sglang" else "total")
+    kind = p.units.kv_budget
     p.reasons, p.assumptions, p.what_would = [], [], []
     shards = tp * pp
     stages = stage_weight_bytes(s, pp)
@@ -1183,7 +1164,7 @@ def _evaluate(p: Plan) -> Plan:
     p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
     # SGLang: activations, CUDA graphs and the CUDA context live in the share outside the static
     # fraction (not subtracted from the pool, but they must fit there)
-    share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization') if p.units else 'util'} {util}"
+    share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization')} {util}"
 
     def kv_room(stage_weights_gib: float) -> float:
         """GiB of KV cache on a GPU holding these weights."""
@@ -1289,7 +1270,6 @@ def _evaluate_layers(p: Plan) -> Plan:
     the GPUs beside their share of the context's KV cache and the compute graph. The token
     embeddings stay on the CPU; a layer that does not fit runs on the CPU (slower, not a failure)."""
     s, units = p.shape, p.units
-    assert units is not None
     p.reasons, p.assumptions, p.what_would = [], [], []
     bpw = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
     embed = s.vocab * s.hidden * bpw
@@ -1351,7 +1331,6 @@ def _evaluate_layers(p: Plan) -> Plan:
 
 def _what_would_layers(p: Plan) -> list[str]:
     s, units = p.shape, p.units
-    assert units is not None
     out: list[str] = []
     ctx_flag = units.flags.get("max_model_len", "max_model_len")
     length = p.max_model_len // 1024 * 1024
@@ -1402,7 +1381,7 @@ def launch_text(p: Plan) -> str:
     """The launch in the engine's own spelling (its profile's launch head and flags): flags on
     the command line, `env:` flags as variables before it, bare names (Ollama's num_ctx) as
     Modelfile parameters. The generic engine gets its YAML config."""
-    s, units = p.shape, p.units or engine_units(p.engine)
+    s, units = p.shape, p.units
     layers = units.kv_budget == "layers"
     fit_len = p.max_model_len if p.max_concurrency >= 1 else max(1024, p.kv_tokens // 1024 * 1024)
     fit_len = min(fit_len, s.max_position or fit_len)
