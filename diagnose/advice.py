@@ -172,7 +172,7 @@ def _as_float(v: Any) -> float | None:
         return None
 
 
-def _as_int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
     try:
         return int(v)
     except (TypeError, ValueError):
@@ -246,7 +246,7 @@ class Advisor:
         return f" (here the value is {u})" if u else ""
 
     def halve(self, param: str, default: int, why: str, floor: int = 1) -> None:
-        cur = _as_int(self.ctx.current(param)) or default
+        cur = as_int(self.ctx.current(param)) or default
         to = max(floor, cur // 2)
         if to < cur:
             self.add(param, to, why, cur)
@@ -256,16 +256,16 @@ class Advisor:
         known = (
             self.ctx.current("tensor_parallel_size") if "tensor_parallel_size" in self.ctx.launch else None
         )
-        cur = _as_int(known) or 1
+        cur = as_int(known) or 1
         if known is None and f.ranks:
             cur = max(cur, max(f.ranks) + 1)  # the log ran this many workers at least
             known = cur
         gpus = (
-            _as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
+            as_int(f.facts.get("gpus") or f.facts.get("gpus2") or f.facts.get("gpus3"))
             or self.ctx.visible_gpus
         )
-        heads = _as_int(f.facts.get("heads") or f.facts.get("numerator"))
-        denom = _as_int(f.facts.get("tensor_parallel_size") or f.facts.get("denominator"))
+        heads = as_int(f.facts.get("heads") or f.facts.get("numerator"))
+        denom = as_int(f.facts.get("tensor_parallel_size") or f.facts.get("denominator"))
         if denom:
             cur, known = denom, denom
         if want_more:
@@ -351,7 +351,7 @@ class Advisor:
         elif param == "tensor_parallel_size":
             self.tp_valid(want_more=f.cls in ("oom", "kv_cache_too_small", "preemption"))
         elif param == "pipeline_parallel_size":
-            cur = _as_int(self.ctx.current("pipeline_parallel_size")) or 1
+            cur = as_int(self.ctx.current("pipeline_parallel_size")) or 1
             if f.cls == "tp_mismatch" and cur > 1:
                 self.add(
                     param, 1, "this model cannot be split into pipeline stages; use tensor parallelism", cur
@@ -368,7 +368,7 @@ class Advisor:
                     cur,
                 )
         elif param == "gpu_layers":
-            on_gpu = _as_int(self.ctx.observed.get("gpu_layers_offloaded"))
+            on_gpu = as_int(self.ctx.observed.get("gpu_layers_offloaded"))
             if on_gpu:
                 self.add(
                     param,
@@ -391,7 +391,7 @@ class Advisor:
         elif param == "max_num_batched_tokens":
             self.halve(
                 "max_num_batched_tokens",
-                _as_int(f.facts.get("prefill_tokens")) or 8192,
+                as_int(f.facts.get("prefill_tokens")) or 8192,
                 "smaller prefill chunks lower the activation peak",
                 512,
             )
@@ -428,7 +428,7 @@ class Advisor:
                 self.ctx.current("quantization"),
             )
         elif param == "max_model_len":
-            cur = _as_int(self.ctx.current("max_model_len"))
+            cur = as_int(self.ctx.current("max_model_len"))
             if cur:
                 self.add(
                     "max_model_len",
@@ -519,7 +519,7 @@ class Advisor:
 
     def port(self) -> None:
         f = self.ctx.finding
-        port = _as_int(f.facts.get("port")) or _as_int(self.ctx.current("port"))
+        port = as_int(f.facts.get("port")) or as_int(self.ctx.current("port"))
         if port is None:
             return
         new = free_port(port + 1)
@@ -560,7 +560,7 @@ class Advisor:
         """max_num_seqs from what the KV cache held at the last stats line: running ÷ usage."""
         obs = self.ctx.observed
         facts = self.ctx.finding.facts  # a serving verdict carries the stats line it stands on
-        running = _as_int(facts.get("running") if "running" in facts else obs.get("running"))
+        running = as_int(facts.get("running") if "running" in facts else obs.get("running"))
         usage = _as_float(facts.get("kv_usage") if "kv_usage" in facts else obs.get("kv_usage"))
         if usage is None and obs.get("kv_usage_pct") is not None:
             usage = (_as_float(obs["kv_usage_pct"]) or 0) / 100
@@ -573,7 +573,7 @@ class Advisor:
             or "max_num_seqs" in obs
             or "max_num_seqs" in self.ctx.profiles.get(self.ctx.engine).defaults
         )
-        cur = _as_int(self.ctx.current("max_num_seqs")) if known else None
+        cur = as_int(self.ctx.current("max_num_seqs")) if known else None
         if fit < 1 or (cur is not None and fit >= cur):
             return None
         if dry:
@@ -601,14 +601,14 @@ class Advisor:
         if units.kv_budget == "layers":
             return  # layer-offload engines have no parallel size: their advice is GPU layers
         gpus = self.ctx.visible_gpus or 8
-        cur = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+        cur = as_int(self.ctx.current("tensor_parallel_size")) or 1
         util = _as_float(self.ctx.current("gpu_memory_utilization"))  # in the engine's own units
         p = plan(
             s,
             gpus,
             total,
             util=util,
-            max_model_len=_as_int(self.ctx.current("max_model_len")) or 4096,
+            max_model_len=as_int(self.ctx.current("max_model_len")) or 4096,
             units=units,
         )
         if p.fits and p.tp <= cur:
@@ -638,8 +638,8 @@ class Advisor:
 
     def for_kv_cache_too_small(self) -> None:
         f = self.ctx.finding
-        est = _as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
-        cur = _as_int(f.facts.get("max_model_len")) or _as_int(self.ctx.current("max_model_len"))
+        est = as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
+        cur = as_int(f.facts.get("max_model_len")) or as_int(self.ctx.current("max_model_len"))
         need, avail = _as_float(f.facts.get("needed_gib")), _as_float(f.facts.get("available_gib"))
         if not est and cur and need and avail and avail > 0:
             est = int(cur * avail / need)  # KV memory grows linearly with the length
@@ -656,7 +656,7 @@ class Advisor:
                 _as_float(f.facts.get("mem_fraction_static2")),
             )
         if f.facts.get("max_total_tokens"):  # TGI names the total tokens one request may take
-            n = _as_int(f.facts["max_total_tokens"]) or 0
+            n = as_int(f.facts["max_total_tokens"]) or 0
             self.add(
                 "max_model_len", len_down(n // 2), f"{n} total tokens per request do not fit the KV blocks", n
             )
@@ -686,12 +686,12 @@ class Advisor:
         layer count, the KV cache and compute buffers follow the context size."""
         f = self.ctx.finding
         obs = self.ctx.observed
-        on_gpu = _as_int(obs.get("gpu_layers_offloaded")) or _as_int(self.ctx.current("gpu_layers"))
-        layers = _as_int(obs.get("gpu_layers_total"))
+        on_gpu = as_int(obs.get("gpu_layers_offloaded")) or as_int(self.ctx.current("gpu_layers"))
+        layers = as_int(obs.get("gpu_layers_total"))
         ctx_now = (
-            _as_int(obs.get("n_ctx"))
-            or _as_int(obs.get("n_ctx_per_seq"))  # one slot: the whole context
-            or _as_int(self.ctx.current("max_model_len"))
+            as_int(obs.get("n_ctx"))
+            or as_int(obs.get("n_ctx_per_seq"))  # one slot: the whole context
+            or as_int(self.ctx.current("max_model_len"))
         )
 
         def fewer_layers() -> None:
@@ -748,7 +748,7 @@ class Advisor:
             if other:
                 self.free_gpu()
                 self.generic("env:CUDA_VISIBLE_DEVICES")
-            tp = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+            tp = as_int(self.ctx.current("tensor_parallel_size")) or 1
             total = _as_float(f.facts.get("total_gib"))
             gpus = self.ctx.visible_gpus
             one_card = gpus == 1 or (gpus is None and tp == 1 and total is not None and total <= 32)
@@ -852,8 +852,8 @@ class Advisor:
         """A request too long: when the prompt alone exceeds the context, only a longer
         context helps (up to what the model allows); otherwise ask for fewer new tokens."""
         f = self.ctx.finding
-        limit = _as_int(f.facts.get("max_model_len") or f.facts.get("max_model_len2"))
-        prompt = _as_int(
+        limit = as_int(f.facts.get("max_model_len") or f.facts.get("max_model_len2"))
+        prompt = as_int(
             f.facts.get("input_tokens")
             or f.facts.get("input_tokens2")
             or f.facts.get("prompt_tokens")
@@ -861,7 +861,7 @@ class Advisor:
             or f.facts.get("requested_tokens")
         )
         if limit and prompt and prompt >= limit and self.has("max_model_len"):
-            model_max = _as_int(self.ctx.observed.get("model_max_len"))
+            model_max = as_int(self.ctx.observed.get("model_max_len"))
             want = len_up(int(prompt * 1.25))
             cap = (
                 f" (the model allows {model_max})"
@@ -929,7 +929,7 @@ class Advisor:
         named = str(f.facts.get("port_name") or "")
         if named and named != "port":
             # SGLang names the internal port it waited for (nccl_port, dist_init_port, …)
-            port = _as_int(f.facts.get("port")) or 0
+            port = as_int(f.facts.get("port")) or 0
             new = free_port(port + 1) if port else None
             self.add(
                 "nccl_port" if "nccl" in named else named,
@@ -964,7 +964,7 @@ class Advisor:
         if self.ctx.rule is not None:
             return  # an engine's own timeout message: its rule knows the knob
         phase = self.ctx.finding.facts.get("phase") or self.ctx.finding.phase_at
-        ranks = _as_int(self.ctx.current("tensor_parallel_size")) or 1
+        ranks = as_int(self.ctx.current("tensor_parallel_size")) or 1
         if phase in ("distributed_init", None) or (ranks > 1 and phase in ("load_weights", "weights_loaded")):
             # with several ranks a stall before the weights are in is most often a rank that never joined
             self.generic("env:NCCL_DEBUG")
@@ -1087,8 +1087,8 @@ def advise_incomplete(
     what it waited on, when someone stopped it there)."""
     observed = observed or {}
     # shards or ranks still waiting while others are up: the classic distributed stall
-    waiting = (_as_int(observed.get("shard_waiting_rank")) or 0) >= 1
-    multi = (_as_int(launch.get("tensor_parallel_size")) or 1) > 1 or waiting
+    waiting = (as_int(observed.get("shard_waiting_rank")) or 0) >= 1
+    multi = (as_int(launch.get("tensor_parallel_size")) or 1) > 1 or waiting
     stalled = (
         stopped or last_phase in STALL_PRONE or (multi and last_phase in ("load_weights", "weights_loaded"))
     )

@@ -1089,6 +1089,17 @@ def _fitting(q: Plan) -> tuple[Plan, int | None]:
     return q, None
 
 
+def fitting_share(p: Plan) -> float | None:
+    """When the activations do not fit beside the engine's KV share: the largest share, in 0.05
+    steps, with which the plan fits; None otherwise."""
+    if not any(r.startswith("activations need") for r in p.reasons):
+        return None
+    for step in range(int(p.util * 20) - 1, 5, -1):
+        if _variant(p, util=step / 20).fits:
+            return step / 20
+    return None
+
+
 def _what_would(p: Plan) -> list[str]:
     """When nothing fits: the nearest launches that would, in the engine's own flags."""
     s = p.shape
@@ -1099,15 +1110,10 @@ def _what_would(p: Plan) -> list[str]:
     q, shorter = _fitting(p)
     if shorter:
         out.append(f"a shorter context: {ctx_flag} {shorter} at tp={p.tp}")
-    if any(r.startswith("activations need") for r in p.reasons):
-        share = 0.0
-        for step in range(int(p.util * 20) - 1, 5, -1):  # the largest share in 0.05 steps that fits
-            if _variant(p, util=step / 20).fits:
-                share = step / 20
-                break
-        if share:
-            util_flag = flags.get("gpu_memory_utilization", "gpu_memory_utilization")
-            out.append(f"a smaller KV share: {util_flag} {share:.2f} leaves the activations room")
+    share = fitting_share(p)
+    if share:
+        util_flag = flags.get("gpu_memory_utilization", "gpu_memory_utilization")
+        out.append(f"a smaller KV share: {util_flag} {share:.2f} leaves the activations room")
     kv_flag = flags.get("kv_cache_dtype")
     if p.kv_dtype in ("auto", "") and not s.mla and fp8 is not False and kv_flag:
         q = _variant(p, kv_dtype="fp8")

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .advice import len_down
+from .advice import as_int, len_down
 from .budget import (
     ConfigError,
     checkpoint_quant,
     engine_units,
+    fitting_share,
     load_config,
     plan,
     shape_from_config,
@@ -168,8 +168,8 @@ def preflight(
             pp,
             util,
             launch.get("max_model_len"),
-            _int_or_none(launch.get("max_num_seqs")),
-            _int_or_none(launch.get("max_num_batched_tokens")),
+            as_int(launch.get("max_num_seqs")),
+            as_int(launch.get("max_num_batched_tokens")),
             str(launch.get("kv_cache_dtype") or "auto"),
             engine,
             gpu_name=gpu_name,
@@ -221,7 +221,7 @@ def preflight(
         )
     if shape is not None and total_gib is not None and units.kv_budget == "layers":
         p = plan_at(tp, max(gpus or 1, 1))
-        asked = _int_or_none(launch.get("gpu_layers"))
+        asked = as_int(launch.get("gpu_layers"))
         if asked is not None and 0 <= p.gpu_layers < min(asked, shape.layers + 1):
             shorter = next((w for w in p.what_would if w.startswith("a shorter context")), None)
             problem(
@@ -265,12 +265,11 @@ def preflight(
                     launch.get("quantization"),
                 )
         elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
-            share = next((w for w in p.what_would if w.startswith("a smaller KV share")), "")
-            m = re.search(r" (\d\.\d\d) leaves", share)
+            share = fitting_share(p)
             problem(
                 "gpu_memory_utilization",
                 act,
-                m.group(1) if m else None,
+                f"{share:.2f}" if share else None,
                 "the largest share that still leaves the activations and CUDA graphs their room",
                 f"{util:.2f}",
             )
@@ -309,13 +308,6 @@ def preflight(
         "problems": problems,
         "notes": notes,
     }
-
-
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None and not isinstance(v, bool) else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _bool_or_none(v: Any) -> bool | None:
