@@ -120,12 +120,12 @@ def paste_indent(block: bytes, sample: int = 40) -> bytes:
     lines = [x for x in block.split(b"\n", sample)[:sample] if x.strip()]
     if len(lines) < 3:
         return b""
-    first = lines[0]
-    ws = first[: len(first) - len(first.lstrip(b" \t"))]
-    if not (ws.startswith(b"\t") or ws.startswith(b"    ")):
-        return b""
-    ws = b"\t" if ws.startswith(b"\t") else b"    "
-    return ws if all(x.startswith(ws) for x in lines) else b""
+    return next((ws for ws in (b"\t", b"    ") if all(x.startswith(ws) for x in lines)), b"")
+
+
+def _echoes_code(tb: TracebackEvent | None, line: Line) -> bool:
+    """Is this the source line a traceback frame echoes (indented, right after its frame)?"""
+    return tb is not None and line.number == tb.last_frame + 1 and line.message.startswith((" ", "\t"))
 
 
 class Scanner:
@@ -460,7 +460,7 @@ class Scanner:
                 if m is None:
                     continue
                 matched_rule = True
-                if tb is not None and line.number == tb.last_frame + 1 and msg.startswith((" ", "\t")):
+                if _echoes_code(tb, line):
                     # the source a frame echoes; the exception line after it says the same
                     tb.explained = True
                     tb.echoed.append((h, line, typed_facts(m.groupdict())))
@@ -501,13 +501,7 @@ class Scanner:
 
     def _vocab(self, rule: Rule, line: Line, tb: TracebackEvent | None, term: str) -> None:
         """A class's word on a line: kept for the unexplained errors around it, never a hit."""
-        code = line.message.lstrip()
-        if (
-            tb is not None
-            and line.number == tb.last_frame + 1
-            and line.message.startswith((" ", "\t"))
-            and not code.startswith(("assert ", "raise "))
-        ):
+        if _echoes_code(tb, line) and not line.message.lstrip().startswith(("assert ", "raise ")):
             return  # the source line a frame echoes is code, not what happened (a failed assert is)
         if tb is None and line.level in QUIET_LEVELS:
             return  # outside a traceback, only error text counts: INFO lines name tokenizers too
