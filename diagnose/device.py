@@ -271,6 +271,11 @@ def _mib(v: str | None) -> int | None:
     return round(x * factor)
 
 
+def _unreported(value: str | None) -> bool:
+    """A memory size nvidia-smi does not give ("[N/A]", "Not Supported": GB10, Jetson)."""
+    return (value or "").strip("[] ").lower() in ("n/a", "not supported")
+
+
 def _check_failures(text: str) -> None:
     if NO_DRIVER in text or "NVIDIA-SMI has failed" in text:
         raise DeviceError(
@@ -414,7 +419,7 @@ def parse_csv(text: str) -> DeviceSnapshot:
                 uuid=v.get("uuid"),
                 bus_id=v.get("bus_id"),
                 # GB10, Jetson: "[N/A]" / "[Not Supported]" where the size would be
-                unified=(v.get("memory.total") or "").strip("[] ").lower() in ("n/a", "not supported"),
+                unified=_unreported(v.get("memory.total")),
             )
         )
     if not gpus:
@@ -639,7 +644,7 @@ def parse_query(text: str) -> DeviceSnapshot:
         elif where and where[-1] == "FB Memory Usage":
             if key == "Total":
                 cur.memory_total_mib = _mib(val)
-                cur.unified = val.strip().lower() in ("n/a", "not supported", "[n/a]")
+                cur.unified = _unreported(val)
             elif key == "Reserved":
                 cur.memory_reserved_mib = _mib(val)
             elif key == "Used":
