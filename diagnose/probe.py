@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +389,31 @@ def sse_events(r: Any) -> Iterator[tuple[float, dict[str, Any] | None]]:
             yield now, event
 
 
+@dataclass
+class Streamed:
+    """What a completion stream delivered: each text piece with its arrival time, the usage the
+    server reported, and whether [DONE] came. Filled as it arrives, so a stream cut by an error
+    still says how far it got."""
+
+    pieces: list[tuple[float, str]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    done: bool = False
+
+
+def read_stream(r: Any, chat: bool, into: Streamed) -> None:
+    """Read an open completion stream (the probe's and the sweep's) into `into`."""
+    for now, event in sse_events(r):
+        if event is None:
+            into.done = True
+            return
+        if isinstance(event.get("usage"), dict):
+            into.usage = event["usage"]
+        for ch in event.get("choices") or []:
+            text = _choice_text(ch, chat)
+            if text:
+                into.pieces.append((now, text))
+
+
 def _longest_run(units: list[str], n: int, off: int) -> int:
     """The most times one n-unit phrase follows itself, reading from `off` in steps of n."""
     run = best = 1
@@ -500,12 +526,7 @@ def _stream_request(
 ) -> None:
     path = "/v1/chat/completions" if chat else "/v1/completions"
     start = time.monotonic()
-    first: float | None = None
-    last = start
-    longest_gap = 0.0
-    chunks = 0
-    done = False
-    usage: dict[str, Any] | None = None
+    got = Streamed()
     try:
         with client.stream(
             "POST", res.url + path, json=_payload(res.model, prompt, max_tokens, chat, True)
@@ -514,25 +535,15 @@ def _stream_request(
                 res.check("stream status", False, r.status_code)
                 _error_cause(res, r.status_code, None, r.read().decode("utf-8", "replace"))
                 return
-            for now, event in sse_events(r):
-                if event is None:
-                    done = True
-                    break
-                if isinstance(event.get("usage"), dict):
-                    usage = event["usage"]
-                for ch in event.get("choices") or []:
-                    if _choice_text(ch, chat):
-                        if first is None:
-                            first = now
-                        else:
-                            longest_gap = max(longest_gap, now - last)
-                        chunks += 1
-                        last = now
+            read_stream(r, chat, got)
     except httpx.TimeoutException:
-        res.check("stream", False, chunks, "the stream stalled past the timeout")
+        res.check("stream", False, len(got.pieces), "the stream stalled past the timeout")
     except httpx.HTTPError as e:
-        res.check("stream", False, chunks, f"{type(e).__name__}: {e}")
+        res.check("stream", False, len(got.pieces), f"{type(e).__name__}: {e}")
     end = time.monotonic()
+    chunks, done, usage = len(got.pieces), got.done, got.usage
+    first = got.pieces[0][0] if got.pieces else None
+    longest_gap = max((b[0] - a[0] for a, b in pairwise(got.pieces)), default=0.0)
     if not done and not any(c.name == "stream" for c in res.checks):
         res.check("stream", False, chunks, "the stream ended before [DONE]")
     if not done:

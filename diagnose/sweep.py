@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from .errors import InputError
-from .probe import Timeouts, _choice_text, _payload, read_baseline, sse_events, write_baseline
+from .probe import Streamed, Timeouts, _payload, read_baseline, read_stream, write_baseline
 
 GROWTH = 1.10  # a step that adds less than 10 % throughput did not pay
 LATENCY_CLIMB = 1.25  # …while p99 latency rose by a quarter: past the knee
@@ -185,35 +185,22 @@ def _one_request(
     payload = _payload(model, prompt, max_tokens, chat, True)
     payload["temperature"] = 0
     start = time.monotonic()
-    first: float | None = None
-    pieces: list[str] = []
-    usage: dict[str, Any] | None = None
-    done = False
+    got = Streamed()
     try:
         with client.stream("POST", url + path, json=payload) as r:
             if r.status_code != 200:
                 r.read()
                 return None
-            for now, event in sse_events(r):
-                if event is None:
-                    done = True
-                    break
-                if isinstance(event.get("usage"), dict):
-                    usage = event["usage"]
-                for ch in event.get("choices") or []:
-                    text = _choice_text(ch, chat)
-                    if text:
-                        if first is None:
-                            first = now
-                        pieces.append(text)
+            read_stream(r, chat, got)
     except httpx.HTTPError:
         return None
     end = time.monotonic()
-    if not done or first is None:
+    if not got.done or not got.pieces:
         return None
-    tokens = int((usage or {}).get("completion_tokens") or len(pieces))
+    first = got.pieces[0][0]
+    tokens = int((got.usage or {}).get("completion_tokens") or len(got.pieces))
     tpot = (end - first) / (tokens - 1) if tokens > 1 else None
-    return first - start, tpot, tokens, "".join(pieces)
+    return first - start, tpot, tokens, "".join(text for _, text in got.pieces)
 
 
 def run_sweep(
