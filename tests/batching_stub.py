@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .openai_stub import JsonHandler, LoopbackServer
 
 
-class BatchingStub:
+class BatchingStub(LoopbackServer):
     def __init__(self, slots: int = 4, base_s: float = 0.004, alpha: float = 0.05, limit: str = "kv"):
         self.slots = slots
         self.base_s = base_s
@@ -34,19 +35,8 @@ class BatchingStub:
         self._lock = threading.Lock()
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class Handler(JsonHandler):
             disable_nagle_algorithm = True  # tokens leave one by one, as an engine's do
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
@@ -130,10 +120,7 @@ class BatchingStub:
                         stub.running -= 1
                     stub._sem.release()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(Handler)
 
     def word(self, i: int) -> str:
         return self.text if self.repeat else f"{self.text}{i}"
@@ -155,11 +142,3 @@ class BatchingStub:
             "# TYPE vllm:num_preemptions_total counter\n"
             'vllm:num_preemptions_total{engine="0",model_name="stub-model"} 0.0\n'
         )
-
-    def __enter__(self) -> BatchingStub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()

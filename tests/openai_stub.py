@@ -20,7 +20,41 @@ MODES = (
 )
 
 
-class Stub:
+class JsonHandler(BaseHTTPRequestHandler):
+    """What the loopback stubs' handlers share: HTTP/1.1, quiet, one way to send a body."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class LoopbackServer:
+    """A threading HTTP server on a free loopback port, serving while the `with` lasts."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Stub(LoopbackServer):
     def __init__(self, mode: str = "good", delay: float = 0.0, first_byte: float = 0.0, pace: float = 0.005):
         """`first_byte` and `pace` (seconds before a response, between streamed pieces) make timings
         steady enough to compare two runs: a bare loopback answer is a few noisy milliseconds."""
@@ -31,19 +65,7 @@ class Stub:
         self.requests = 0
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(JsonHandler):
             def _unauthorised(self) -> bool:
                 """mode "auth": only `Authorization: Bearer sk-test-key` gets in (as vLLM --api-key)."""
                 if stub.mode == "auth" and self.headers.get("Authorization") != "Bearer sk-test-key":
@@ -145,15 +167,4 @@ class Stub:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Stub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
