@@ -76,6 +76,7 @@ VERIFY = {
     "port_in_use": "`ss -ltnp` shows the port free (or the new one unused); restart and `diagnose probe` the new URL",
     "weights_format": "restart under `diagnose watch`: weight loading starts and finishes",
     "driver": "`nvidia-smi` works where the server runs (inside the container too); then restart",
+    "config": "restart under `diagnose watch`: the engine accepts its arguments and starts loading the model",
     "request": "resend the request: it returns 200 with finish_reason 'length' or 'stop'",
     "hang": "restart under `diagnose watch` and see the stuck phase finish within its budget",
     "unknown_error": "restart under `diagnose watch` and check the same error does not come back",
@@ -314,6 +315,9 @@ class Advisor:
         specific = rule is not None and any("to" in a for a in rule.advice)
         if specific:
             self.from_rule()
+        setting = f.facts.get("setting")
+        if setting and f.confidence == "medium":
+            self.generic(str(setting))  # the launch setting the engine's own message names
         handler = getattr(self, "for_" + f.cls, None)
         if handler is not None:
             handler()
@@ -958,6 +962,19 @@ class Advisor:
             return
         self.port()
         self.generic("action:free_port")
+
+    def for_config(self) -> None:
+        """The engine refused a launch setting: change the one its message names."""
+        f = self.ctx.finding
+        setting = f.facts.get("setting")
+        if setting and not self.out:
+            cur = self.ctx.current(str(setting))
+            self.add(
+                str(setting),
+                "a value the engine accepts",
+                f"the engine refused it: {f.evidence[:160]}",
+                cur,
+            )
 
     def for_hang(self) -> None:
         """What a stuck phase usually waits on (the seed's "stuck at one line" checklist)."""

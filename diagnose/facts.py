@@ -21,12 +21,12 @@ _UNITS = {
     "tib": 1024.0,
     "tb": 1024.0,
 }
-_SIZE_RE = re.compile(r"^\s*([0-9][0-9,]*(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*(-?[0-9][0-9,]*(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _NUM_RE = re.compile(r"^[+-]?[0-9][0-9,]*(?:\.\d+)?$")
 
 
 def size_gib(text: str) -> float | None:
-    """'448.00 MiB' -> 0.4375; '0 bytes' -> 0.0; '7.34' -> 7.34 (GiB assumed)."""
+    """'448.00 MiB' -> 0.4375; '0 bytes' -> 0.0; '7.34' -> 7.34 (GiB assumed); '-2.14 GiB' -> -2.14."""
     m = _SIZE_RE.match(text)
     if not m:
         return None

@@ -105,6 +105,7 @@ class ScanResult:
     phase_last_line: dict[str, int] = field(default_factory=dict)
     run_start_line: int = 0
     observed: dict[str, Any] = field(default_factory=dict)
+    observed_where: dict[str, tuple[int, str]] = field(default_factory=dict)
     # what the engine had reported by the end of each earlier run (a restart starts a new one),
     # with the line each later run started at: advice on an earlier run's failure reads its own
     observed_before: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -203,6 +204,7 @@ class Scanner:
         self.version_engine: str | None = None
         self.launch_raw: dict[str, dict[str, Any]] = defaultdict(dict)
         self.observed: dict[str, Any] = {}
+        self.observed_where: dict[str, tuple[int, str]] = {}  # the line each value was last read from
         self.last_time: str | None = None
         self.open_tbs: dict[str, TracebackEvent] = {}
         self.tb_hits: dict[int, list[RecordedHit]] = defaultdict(list)
@@ -674,7 +676,10 @@ class Scanner:
             self._phase(mk.phase or "", line)
         elif what == "observe":
             # sizes and counts the engine reports (KV tokens, running requests, usage): latest wins
-            self.observed.update(typed_facts(m.groupdict()))
+            facts = typed_facts(m.groupdict())
+            self.observed.update(facts)
+            for k in facts:
+                self.observed_where[k] = (line.number, line.message.strip()[:300])
             if not mk.repeat:
                 self.retire(mk)  # said once per start (revived on a restart)
         elif what == "launch":
@@ -769,7 +774,10 @@ class Scanner:
                 for mk in self._by_needle[needle]:
                     m = mk.search(mk.target(line)) if id(mk) not in self._retired else None
                     if m is not None:
-                        self.observed.update(typed_facts(m.groupdict()))
+                        facts = typed_facts(m.groupdict())
+                        self.observed.update(facts)
+                        for k in facts:
+                            self.observed_where[k] = (number, line.message.strip()[:300])
         self._latest_observed = {}
 
     @property
@@ -831,6 +839,7 @@ class Scanner:
             phase_last_line=dict(self.phase_last_line),
             run_start_line=self.run_start_line,
             observed=dict(self.observed),
+            observed_where=dict(self.observed_where),
             observed_before=list(self.observed_before),
             rule_runs=dict(self.rule_runs),
             series=self.series.snapshot(),

@@ -19,6 +19,8 @@ CLASS_LAYER: dict[str, str] = {
     "port_in_use": "port",
     "weights_format": "weights",
     "driver": "environment",
+    # the engine refused a launch setting (an invalid value, options that conflict)
+    "config": "configuration",
     "hang": "other",
     "request": "other",
     "unknown_error": "other",
@@ -221,9 +223,22 @@ class EngineInfo:
     version: str | None = None
     variant: str | None = None
     reason: str | None = None  # why this engine was chosen (line or --engine)
+    platform: str | None = None  # cuda, rocm, npu, xpu, mps, metal, vulkan, cpu: what the log names
+
+    @property
+    def label(self) -> str:
+        """'vllm 0.8.5 (v1) on rocm' as a report's header says it."""
+        return (
+            self.name
+            + (f" {self.version}" if self.version else "")
+            + (f" ({self.variant})" if self.variant else "")
+            + (f" on {self.platform}" if self.platform else "")
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "version": self.version, "variant": self.variant}
+        if self.platform:
+            out["platform"] = self.platform
         if self.reason:
             out["reason"] = self.reason
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from . import consistency
 from .advice import advise, advise_incomplete
 from .engines import Profiles, load_profiles
 from .errors import InputError
@@ -86,6 +87,7 @@ def diagnose(
 ) -> Diagnosis:
     info = detect_engine(result, engine)
     findings = build_findings(result, know.profiles, info.name) + list(extra or [])
+    findings += consistency.check(result, know.profiles, info.name, findings, source_name)
     serving = serving_of(result, know.profiles, info.name)
     if serving is not None and serving.degraded and not any(f.cls == "preemption" for f in findings):
         findings.append(serving_finding(serving))
@@ -121,6 +123,11 @@ def diagnose(
     if shape is not None and primary is not None:
         join_budget(primary, shape, result.launch, device)
     rule = know.rules.by_id(primary.rule) if primary else None
+    if primary is not None and rule is None and primary.confidence == "medium":
+        # a mined template's finding: its class's vocabulary carries the class's changes
+        rule = next(
+            (r for r in know.rules.rules if r.layer == "vocabulary" and r.cls == primary.cls and r.advice), None
+        )
     advice = advise(
         primary,
         info.name,

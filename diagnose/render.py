@@ -98,11 +98,7 @@ def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> St
     """The diagnosis for people: verdict, evidence, timeline, next change, past incidents."""
     out = StyledLines()
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
-    eng = (
-        d.engine.name
-        + (f" {d.engine.version}" if d.engine.version else "")
-        + (f" ({d.engine.variant})" if d.engine.variant else "")
-    )
+    eng = d.engine.label
     out.add((f"{mark} {verdict(d)}", style), (f"   [{eng}]", "dim"))
     p = d.primary
     if p:
@@ -261,11 +257,7 @@ def render_json(d: Diagnosis) -> str:
 
 def render_markdown(d: Diagnosis) -> str:
     mark = STATUS_MARK.get(d.status, ("?", ""))[0]
-    eng = (
-        d.engine.name
-        + (f" {d.engine.version}" if d.engine.version else "")
-        + (f" ({d.engine.variant})" if d.engine.variant else "")
-    )
+    eng = d.engine.label
     out = [
         f"### {mark} {verdict(d)}",
         "",

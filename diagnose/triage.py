@@ -12,7 +12,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Any
 
-LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "other"]
+    from .mined import Match
+    from .model import Line
+
+LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "configuration", "other"]
 CLASS_ORDER = [
     "gpu_busy",
     "kv_cache_too_small",
@@ -23,6 +26,7 @@ CLASS_ORDER = [
     "port_in_use",
     "weights_format",
     "driver",
+    "config",
     "hang",
     "request",
     "unknown_error",
@@ -112,7 +116,30 @@ def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
     if info.name == "vllm" and result.variant_scores:
         info.variant = max(result.variant_scores.items(), key=lambda kv: kv[1])[0] or None
     info.version = result.version
+    said = (result.observed.get(k) for k in PLATFORM_KEYS)
+    info.platform = next((p for p in map(platform_of, said) if p), None)
     return info
+
+
+# what logs call a platform → one name per platform (the allocator says HIP on ROCm)
+_PLATFORMS = {"cuda": "cuda", "hip": "rocm", "rocm": "rocm", "npu": "npu", "ascend": "npu", "xpu": "xpu",
+              "mps": "mps", "metal": "metal", "vulkan": "vulkan", "sycl": "sycl", "cpu": "cpu", "tpu": "tpu",
+              "musa": "musa", "cann": "npu"}
+
+
+PLATFORM_KEYS = (
+    "platform_alloc",
+    "platform_mps",
+    "platform_ggml",
+    "platform_ggml_buffer",
+    "platform_backend",
+    "platform_plugin",
+    "platform",
+)
+
+
+def platform_of(said: Any) -> str | None:
+    return _PLATFORMS.get(str(said).lower()) if said else None
 
 
 def _frames(rec: RecordedHit) -> list[str]:
@@ -198,8 +225,16 @@ def oom_phase(
     st = stack_phase(_frames(rec), profiles, engine)
     if st:
         return st[0], "stack", f"the stack: frame {st[1]}"
+    mined = _mined_stack_phase(rec, engine)
+    if mined:
+        return mined[0], "stack", (
+            f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
+        )
     if rec.rule is not None and rec.rule.oom_phase:
         return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
+    said = _mined_message_phase(rec, engine)
+    if said:
+        return said[0], "message", f"the message: {engine} prints it from {said[1]} ({said[0]} call tree)"
     if rec.phase_at is None and _server_was_up_after(rec, result):
         return "runtime", "context", "the HTTP server shut down cleanly after it, so it had been up"
     ctx = _phase_from_marks(rec.phase_after)
@@ -209,6 +244,102 @@ def oom_phase(
         # before weights started loading: CUDA context, NCCL buffers, model construction
         return "load", None, f"the startup timeline: before the weights loaded ({rec.phase_at})"
     return "startup", "default", "assumed: the log has no timeline, telling stack or context"
+
+
+def _tb_frames(rec: RecordedHit) -> list[str]:
+    """Function and file stem pairs, outermost first, of the hit's traceback."""
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None and tb.frames:
+            return tb.frames
+    return []
+
+
+def _mined_stack_phase(rec: RecordedHit, engine: str) -> tuple[str, str] | None:
+    frames = _tb_frames(rec)
+    if not frames:
+        return None
+    from .mined import knowledge
+
+    return knowledge().frame_phase(frames, engine)
+
+
+def _evidence_lines(rec: RecordedHit) -> list[Line]:
+    lines = [rec.hit.line]
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None and tb.exception is not None and tb.exception is not rec.hit.line:
+            lines.append(tb.exception)
+    return lines
+
+
+def _mined_match(rec: RecordedHit, engine: str) -> Match | None:
+    """The mined template that best explains an error no rule knows: one of the engine's own
+    errors with a class first, then any error template, then a template the engine only
+    prints as a warning."""
+    from .mined import knowledge
+
+    found: list[Match] = []
+    for line in _evidence_lines(rec):
+        text = line.message.strip() or line.text.strip()
+        if text:
+            found += knowledge().match(text, engine)
+    if not found:
+        return None
+    # the most specific template speaks (match() ranks them), an error before a warning;
+    # a vaguer template with a class never outvotes it
+    return min(found, key=lambda m: not m.template.is_error)
+
+
+def _mined_message_phase(rec: RecordedHit, engine: str) -> tuple[str, str] | None:
+    """The phase of the function that prints the OOM's own message (a router's "Request failed
+    during generation", a worker's error from its serving loop)."""
+    from .mined import knowledge
+
+    k = knowledge()
+    for line in _evidence_lines(rec):
+        text = line.message.strip()
+        for m in k.match(text, engine, errors_only=True) if text else ():
+            t = m.template
+            if not t.function:
+                continue
+            stem = t.module.rsplit("/", 1)[-1].removesuffix(".py")
+            found = k.frame_phase([t.function.rsplit(".", 1)[-1], stem], engine)
+            if found:
+                return found[0], f"{t.module} {t.function}"
+    return None
+
+
+def _from_template(f: Finding, m: Match) -> str:
+    """A finding no rule names, classed by the engine's own message (medium confidence)."""
+    t = m.template
+    f.cls = m.cls
+    f.rule = t.id
+    f.confidence = "medium"
+    f.consequence = False
+    f.title = f"{_TEMPLATE_TITLE.get(m.cls, 'An error')} ({t.engine}: {t.exc or t.level} in {t.module})"
+    for k, v in m.captures.items():
+        f.facts.setdefault(f"said_{k}", v[:200])
+    if t.param:
+        f.facts["setting"] = t.param
+    f.note = (
+        f"known from {t.source}'s own source ({t.module}, {t.function or 'module level'}; versions "
+        f"{t.versions}): no specific rule knows this message; its class comes from the table of "
+        f"mined messages (row {t.row})"
+    )
+    return m.cls
+
+
+_TEMPLATE_TITLE = {
+    "oom": "Out of memory, in the engine's own words",
+    "kv_cache_too_small": "The KV cache cannot hold what the launch asks",
+    "gpu_busy": "GPU memory held by other processes",
+    "tp_mismatch": "A parallel size the GPUs or the model cannot take",
+    "nccl": "Collective communication failed",
+    "port_in_use": "A port could not be bound",
+    "weights_format": "The checkpoint cannot be loaded as it is",
+    "driver": "The GPU platform or its driver refused",
+    "config": "The engine refused a launch setting",
+    "request": "A request was rejected",
+}
 
 
 APP_SHUTDOWN_RULE = "uvicorn.app-shutdown"
@@ -308,7 +439,16 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
             consequence=bool(rule.consequence) if rule is not None else False,
             frames=_frames(rec),
         )
-        if cls == "unknown_error":
+        mined = _mined_match(rec, engine) if cls == "unknown_error" else None
+        if mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None:
+            continue  # the engine prints this line itself as a warning: part of a healthy run
+        if mined is not None and mined.cls != "unknown_error":
+            cls = _from_template(f, mined)
+            if cls == "request" and f.severity == "fatal":
+                f.severity = "error"
+        elif cls == "unknown_error":
+            if mined is not None:
+                f.facts["template"] = mined.template.id
             vh = pick_vocabulary(rec)
             if vh is None and any(v.cls == "unknown_error" and v.line is line for v in rec.vocab):
                 # "… crashed", "… died", "failed to start": a wrapper; its cause is printed before it

@@ -1,0 +1,133 @@
+"""The mined knowledge shipped in rules/mined: provenance, patterns, the class table, and what
+a scan does with it (a class for an error no rule names, a phase from a frame no hint
+names, a warning the engine prints itself read as part of a healthy run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+
+import pytest
+
+from diagnose.mined import ClassTable, Template, knowledge
+from diagnose.pipeline import Knowledge, diagnose, scan_sources
+from diagnose.rules import builtin_rules_dir
+
+
+MINED = os.path.join(builtin_rules_dir(), "mined")
+FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json"))
+
+
+def write_log(folder, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _scan(know: Knowledge, path: str, engine: str | None = None):
+    from diagnose.lines import resolve_sources
+
+    result = scan_sources(resolve_sources([path]), know, engine=engine)
+    return diagnose(result, know, path, engine=engine)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_each_mined_file_says_what_it_was_mined_from(name: str) -> None:
+    with open(os.path.join(MINED, name), encoding="utf-8") as f:
+        data = json.load(f)
+    assert data["schema"] == 1
+    assert data["generated_by"].startswith("python -m tools.mine")
+    assert data["versions"] and len(data["provenance"]) == len(data["versions"])
+    for prov in data["provenance"]:
+        assert prov.get("sha256") or prov.get("commit"), prov
+    ids = [t["id"] for t in data["templates"]]
+    assert len(ids) == len(set(ids))
+    assert set(data["frames"].values()) <= {"load", "startup", "runtime"}
+    # a sample of patterns compiles and finds its own literal text
+    rnd = random.Random(name)
+    for t in rnd.sample(data["templates"], min(200, len(data["templates"]))):
+        rx = re.compile(t["pattern"])
+        assert t["literal"] and rx.pattern, t["id"]
+
+
+def test_class_table_rows_and_params() -> None:
+    table = knowledge().table
+    assert table is not None
+
+    def cls_of(text: str, module: str = "vllm/worker/worker.py", level: str = "raise", exc: str = "ValueError") -> tuple[str | None, str | None]:
+        t = Template({"id": "x", "text": text, "pattern": "x", "literal": "x", "level": level, "exc": exc,
+                      "module": module}, "vllm", "vllm")
+        table.classify(t)
+        return t.cls, t.param
+
+    assert cls_of("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.") == ("kv_cache_too_small", "gpu_memory_utilization")
+    assert cls_of("Total number of attention heads ({h}) must be divisible by tensor parallel size ({tp}).")[0] == "tp_mismatch"
+    assert cls_of("Address already in use: port {port}")[0] == "port_in_use"
+    assert cls_of("NCCL error: unhandled system error")[0] == "nccl"
+    assert cls_of("Model architectures {a} are not supported for now.", module="vllm/model_executor/models/registry.py")[0] == "weights_format"
+    assert cls_of("max_num_batched_tokens ({x}) is smaller than max_model_len ({y}).", module="vllm/config.py") == ("config", "max_num_batched_tokens")
+    assert cls_of("Chunked prefill is not supported with speculative decoding ({x}).", module="vllm/engine/arg_utils.py") == ("config", "enable_chunked_prefill")
+    assert cls_of("Found no NVIDIA driver on your system.")[0] == "driver"
+    # a message with no telling words, module or setting keeps its ignorance
+    assert cls_of("Unexpected value {x} for field {y}", module="vllm/utils.py", exc="RuntimeError")[0] == "unknown_error"
+
+
+def test_class_table_errors_name_the_file_and_row(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"classes.yaml: rows\[0\] \(bad\): field words"):
+        ClassTable({"rows": [{"id": "bad", "class": "oom", "words": "(unclosed"}]}, str(tmp_path / "classes.yaml"))
+
+
+def test_engine_messages_from_the_reference_are_known_templates() -> None:
+    k = knowledge()
+    cases = [
+        ("vllm", "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (73024). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.", "kv_cache_too_small"),
+        ("vllm", "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).", "tp_mismatch"),
+        ("sglang", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "kv_cache_too_small"),
+    ]
+    for engine, line, cls in cases:
+        found = k.match(line, engine)
+        assert found, line
+        assert found[0].template.engine == engine
+        assert found[0].cls == cls, (line, found[0].template.id, found[0].template.row)
+
+
+TAIL_LOAD = """\
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/qwen2.py", line 489, in __init__
+    self.lm_head = ParallelLMHead(config.vocab_size,
+                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/vocab_parallel_embedding.py", line 263, in __init__
+    self.quant_method.create_weights_fake(self,
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total capacity of 23.57 GiB of which 712.31 MiB is free. Including non-PyTorch memory, this process has 22.85 GiB memory in use.
+"""
+
+
+def test_a_pasted_tail_gets_its_phase_from_the_mined_call_tree(know: Knowledge, tmp_path) -> None:
+    # no timeline, no frame the hand-written hints name: the layers' constructors only run
+    # while the model is built, which the mined call tree of vLLM's source knows
+    path = write_log(tmp_path, "tail.log", TAIL_LOAD)
+    d = _scan(know, path, engine="vllm")
+    assert d.primary is not None and d.primary.cls == "oom"
+    assert d.primary.oom_phase == "load"
+    assert "call tree" in (d.primary.phase_evidence or "")
+
+
+def test_an_error_no_rule_names_gets_the_class_of_the_engines_own_message(know: Knowledge, tmp_path) -> None:
+    log = (
+        "INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2\n"
+        "ERROR 03-01 10:00:05 [core.py:700] EngineCore failed to start.\n"
+        "ERROR 03-01 10:00:05 [core.py:700] Traceback (most recent call last):\n"
+        'ERROR 03-01 10:00:05 [core.py:700]   File "/opt/vllm/vllm/v1/engine/core.py", line 691, in run_engine_core\n'
+        "ERROR 03-01 10:00:05 [core.py:700]     engine_core = EngineCoreProc(*args, **kwargs)\n"
+        "ERROR 03-01 10:00:05 [core.py:700] ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768). "
+        "This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. "
+        "Please increase max_num_batched_tokens or decrease max_model_len.\n"
+    )
+    path = write_log(tmp_path, "cfg.log", log)
+    d = _scan(know, path)
+    p = d.primary
+    assert p is not None
+    # vllm.scheduler.token-budget is a hand rule for this family: it must keep winning
+    assert p.cls in ("config", "request") or p.rule.startswith("vllm.")
