@@ -37,6 +37,7 @@ class Template:
         "module",
         "param",
         "pattern",
+        "phase",
         "row",
         "source",
         "text",
@@ -58,6 +59,7 @@ class Template:
         self.cls: str | None = None  # filled by the class table on first use
         self.param: str | None = None
         self.row: str | None = None
+        self.phase: str | None = None  # the phase of the function that prints it, when mined
         self._rx: re.Pattern[str] | None = None
 
     def search(self, text: str) -> re.Match[str] | None:
@@ -132,6 +134,10 @@ class ClassTable:
                 continue
             if row.get("needs_param") and t.param is None:
                 continue
+            if t.phase and t.phase in row.get("not_phases", ()):
+                continue
+            if "phases" in row and t.phase not in row["phases"]:
+                continue
             t.cls, t.row = row["class"], row["id"]
             return
         t.cls, t.row = "unknown_error", None
@@ -151,6 +157,10 @@ class Bundle:
             self.frames: dict[str, str] = dict(data.get("frames") or {})
             self.roots: dict[str, str] = {k: ph for ph, keys in (data.get("roots") or {}).items() for k in keys}
             self.templates = [Template(rec, self.engine, self.source) for rec in recs]
+            for t in self.templates:
+                if t.function:
+                    stem = t.module.rsplit("/", 1)[-1].removesuffix(".py")
+                    t.phase = self.frames.get(f"{stem}:{t.function.rsplit('.', 1)[-1]}")
         except (OSError, ValueError, KeyError, TypeError) as e:
             from .errors import InputError
 
@@ -175,7 +185,7 @@ class MinedKnowledge:
         self.files = [n[: -len(".json")] for n in names]
         self._bundles: dict[str, Bundle] = {}
         table_path = os.path.join(directory, "classes.yaml")
-        self.table = ClassTable(_load_yaml(table_path), table_path) if os.path.exists(table_path) else None
+        self.table = _load_table(table_path) if os.path.exists(table_path) else None
 
     def bundle(self, name: str) -> Bundle:
         b = self._bundles.get(name)
@@ -253,6 +263,27 @@ class MinedKnowledge:
 
 
 _HOLE = re.compile(r"\{[^{}]*\}")  # a placeholder in a template's text
+
+
+def _load_table(path: str) -> ClassTable:
+    """The class table, from the validated-data cache when the file is unchanged (no YAML
+    import on a scan), else parsed, checked and cached."""
+    from .datacache import data_cache
+
+    cache = data_cache()
+    trusted, data = cache.get(path)
+    if not trusted:
+        data = _load_yaml(path)
+    try:
+        table = ClassTable(data, path)
+    except ValueError as e:
+        from .errors import InputError
+
+        raise InputError(str(e)) from e
+    if not trusted:
+        cache.put(path, data)
+        cache.save()
+    return table
 
 
 def _load_yaml(path: str) -> dict[str, Any]:

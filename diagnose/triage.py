@@ -439,7 +439,8 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
             consequence=bool(rule.consequence) if rule is not None else False,
             frames=_frames(rec),
         )
-        mined = _mined_match(rec, engine) if cls == "unknown_error" else None
+        # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
+        mined = _mined_match(rec, engine) if rule is None else None
         if mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None:
             continue  # the engine prints this line itself as a warning: part of a healthy run
         if mined is not None and mined.cls != "unknown_error":

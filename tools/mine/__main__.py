@@ -47,6 +47,9 @@ def glob_re(patterns: list[str]) -> re.Pattern[str]:
             if pat.startswith("**/", i):
                 rx += "(?:.*/)?"
                 i += 3
+            elif pat.startswith("**", i):  # a trailing ** : anything below
+                rx += ".*"
+                i += 2
             elif pat[i] == "*":
                 rx += "[^/]*"
                 i += 1

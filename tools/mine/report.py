@@ -23,10 +23,14 @@ MINED = ROOT / "rules" / "mined"
 
 
 def _templates(directory: Path) -> dict[str, tuple[dict, list[Template]]]:
+    """Each source's data and templates, as the scan reads them (with their function's phase)."""
+    from diagnose.mined import Bundle
+
     out = {}
     for path in sorted(directory.glob("*.json")):
+        b = Bundle(str(path))
         data = json.loads(path.read_text(encoding="utf-8"))
-        out[data["source"]] = (data, [Template(r, data["engine"], data["source"]) for r in data["templates"]])
+        out[data["source"]] = (data, b.templates)
     return out
 
 
