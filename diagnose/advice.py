@@ -316,7 +316,7 @@ class Advisor:
         if specific:
             self.from_rule()
         setting = f.facts.get("setting")
-        if setting and f.confidence == "medium":
+        if setting and f.confidence in ("medium", "low"):
             self.generic(str(setting))  # the launch setting the engine's own message names
         handler = getattr(self, "for_" + f.cls, None)
         if handler is not None:

@@ -1136,6 +1136,28 @@ def rules_list(rules: RulesOpt = None) -> None:
     _console().print(table)
 
 
+def _show_template(template_id: str) -> None:
+    """A mined template (an id such as vllm.m.8204ab7563 in a finding): the engine's own
+    message, where its source prints it, the versions, and the class the table gives it."""
+    from .mined import knowledge
+
+    k = knowledge()
+    engine = template_id.split(".m.", 1)[0]
+    t = next((t for b in k.bundles_for(engine) for t in b.templates if t.id == template_id), None)
+    if t is None:
+        raise InputError(f"no mined template {template_id!r} (ids look like vllm.m.8204ab7563)")
+    k.classified(t)
+    c = _console()
+    c.print(Text(f"{t.id}  ({t.cls}, mined from {t.source}'s source)", style="bold"))
+    c.print(Text(f"  message:  {t.text}"))
+    c.print(Text(f"  printed:  {t.level}{' ' + t.exc if t.exc else ''} in {t.module} {t.function or ''}".rstrip()))
+    c.print(Text(f"  versions: {t.versions}"))
+    if t.phase:
+        c.print(Text(f"  phase:    {t.phase} (the call tree its function belongs to)"))
+    c.print(Text(f"  class:    {t.cls} (rules/mined/classes.yaml row {t.row or '-'}); setting named: {t.param or '-'}"))
+    c.print(Text(f"  pattern:  {t.pattern}"))
+
+
 @rules_app.command("show")
 def rules_show(
     rule_id: Annotated[str, typer.Argument(help="Rule id (e.g. torch.oom) or engine (e.g. ollama)")],
@@ -1149,6 +1171,9 @@ def rules_show(
     r = know.rules.by_id(rule_id)
     if r is None and rule_id in know.profiles.by_engine:
         _show_profile(know, rule_id)
+        return
+    if r is None and ".m." in rule_id:
+        _show_template(rule_id)
         return
     if r is None:
         raise InputError(f"no rule or engine {rule_id!r} (see `diagnose rules list`)")

@@ -438,8 +438,10 @@ class Scanner:
             if tb is None:
                 tb = self._open_tb(stream, line)
             tb.last_frame = self.lineno
+            path = frame.group("file").replace("\\", "/")  # Windows paths too
+            tb.innermost_file = path.rsplit("-packages/", 1)[-1]
             if len(tb.frames) < MAX_FRAMES:
-                file = frame.group("file").replace("\\", "/").rsplit("/", 1)[-1]  # Windows paths too
+                file = path.rsplit("/", 1)[-1]
                 tb.frames.append(frame.group("func"))
                 tb.frames.append(file[:-3] if file.endswith(".py") else file)
         closing = tb is not None and not frame and TRACEBACK_START not in msg and bool(_EXC_RE.match(msg))

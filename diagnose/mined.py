@@ -96,7 +96,7 @@ class ClassTable:
             if not isinstance(row, dict) or "class" not in row or "id" not in row:
                 raise ValueError(f"{where}: a row needs `id` and `class`")
             compiled = dict(row)
-            for key in ("words", "module", "exc"):
+            for key in ("words", "module", "exc", "function"):
                 if key in row:
                     try:
                         compiled[key] = re.compile(row[key], re.IGNORECASE if key == "words" else 0)
@@ -131,6 +131,8 @@ class ClassTable:
             if "module" in row and not row["module"].search(t.module):
                 continue
             if "exc" in row and not row["exc"].fullmatch(t.exc or ""):
+                continue
+            if "function" in row and not row["function"].search(t.function):
                 continue
             if row.get("needs_param") and t.param is None:
                 continue
@@ -206,6 +208,19 @@ class MinedKnowledge:
         if t.row is None and t.cls is None and self.table is not None:
             self.table.classify(t)
         return t
+
+    def classify_line(self, text: str, exc: str, module: str, engine: str) -> Template | None:
+        """The class table applied to a line no template knows (a message newer than the mined
+        versions): its words, its exception type and the module of the frame that raised it."""
+        if self.table is None:
+            return None
+        t = Template(
+            {"id": "", "text": text, "pattern": "", "literal": "", "level": "raise", "exc": exc, "module": module},
+            engine,
+            engine,
+        )
+        self.table.classify(t)
+        return t if t.cls not in (None, "unknown_error") else None
 
     def match(self, text: str, engine: str | None = None, errors_only: bool = False) -> list[Match]:
         """Every template that explains the line, the most telling first: the detected engine's

@@ -115,6 +115,7 @@ class TracebackEvent:
     start: Line
     exception: Line | None  # None when the log ends inside the traceback
     frames: list[str]  # function names and file basenames, innermost last
+    innermost_file: str = ""  # the innermost frame's path inside its package (vllm/config/model.py)
     explained: bool = False  # a rule matched inside it
     last_frame: int = 0  # line number of the latest frame line (the next one echoes its code)
     vocab: list[VocabHit] = field(default_factory=list)  # class words inside it

@@ -123,8 +123,8 @@ def diagnose(
     if shape is not None and primary is not None:
         join_budget(primary, shape, result.launch, device)
     rule = know.rules.by_id(primary.rule) if primary else None
-    if primary is not None and rule is None and primary.confidence == "medium":
-        # a mined template's finding: its class's vocabulary carries the class's changes
+    if primary is not None and rule is None and primary.confidence in ("medium", "low"):
+        # a mined template's (or the class table's) finding: its class's vocabulary carries the changes
         rule = next(
             (r for r in know.rules.rules if r.layer == "vocabulary" and r.cls == primary.cls and r.advice), None
         )
@@ -182,6 +182,8 @@ def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving |
     except (TypeError, ValueError):
         max_num_seqs = None
     s = judge_replicas(points, result.series_seen, max_num_seqs)
+    if s is None:  # stats-line words, but no line the markers could read as a point
+        return None
     for p in s.points:  # only the evidence is quoted: the other lines' text stays here
         if p is not s.evidence:
             p.text = ""

@@ -328,6 +328,39 @@ def _from_template(f: Finding, m: Match) -> str:
     return m.cls
 
 
+_EXC_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception))(?:\([^)]*\))?:\s*(?P<msg>.*)")
+
+
+def _from_class_table(f: Finding, rec: RecordedHit, engine: str) -> str | None:
+    """An exception no rule, template or word knows (a message newer than the mined versions):
+    the class table read on its words, its type and the module that raised it (low confidence)."""
+    from .mined import knowledge
+
+    for tb in (rec.tb, rec.near_tb):
+        if tb is None or tb.exception is None or not tb.innermost_file:
+            continue
+        m = _EXC_PREFIX.match(tb.exception.message.strip())
+        if m is None:
+            continue
+        t = knowledge().classify_line(m.group("msg"), m.group("exc"), tb.innermost_file, engine)
+        if t is None or t.cls is None:
+            return None
+        f.cls, f.confidence, f.consequence = t.cls, "low", False
+        f.rule = f"mined.table.{t.row}"
+        f.title = f"{_TEMPLATE_TITLE.get(t.cls, 'An error')} (by the words and module of {tb.innermost_file})"
+        f.line, f.evidence = tb.exception.number, tb.exception.message.strip()
+        if t.param:
+            f.facts["setting"] = t.param
+        f.note = (
+            "no rule, mined message or class word knows this exception; the table of mined messages "
+            f"(row {t.row}) places it by its words and the module that raised it, so this reading is less certain"
+        )
+        if t.cls == "request" and f.severity == "fatal":
+            f.severity = "error"
+        return t.cls
+    return None
+
+
 _TEMPLATE_TITLE = {
     "oom": "Out of memory, in the engine's own words",
     "kv_cache_too_small": "The KV cache cannot hold what the launch asks",
@@ -466,6 +499,8 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
                     f"recognised by the vocabulary of its class ({vh.term!r}, line {vh.line.number}): "
                     "no specific rule knows this message, so this reading is less certain"
                 )
+            elif mined is None and rule is None:
+                cls = _from_class_table(f, rec, engine) or cls
         if cls in ("oom", "kv_cache_too_small"):
             f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, cls, result, profiles, engine)
             if f.oom_phase == "runtime":

@@ -95,3 +95,18 @@ def test_platform_is_named(know, tmp_path):
     assert d.engine.platform == "rocm"
     assert d.primary is not None and d.primary.cls == "oom" and d.primary.rule == "torch.oom"
     assert d.to_json()["engine"]["platform"] == "rocm"
+
+
+def test_stats_words_without_a_stats_line_are_no_internal_error(know, tmp_path):
+    # vLLM's own message (mooncake connector) holds "KV cache" and "=" like a stats line; the
+    # serving reader found no point in it and the report crashed ("internal error")
+    d = _diag(
+        know,
+        tmp_path,
+        'Traceback (most recent call last):\n  File "/opt/vllm/vllm/distributed/kv_transfer/x.py", line 1, in f\n'
+        "RuntimeError: WITH_NVIDIA_PEERMEM=1 is incompatible with the extensible KV cache: nvidia-peermem cannot "
+        "register VMM-backed memory. Unset it to use Mooncake's DMA-BUF registration, or disable the extensible KV cache.\n",
+        engine="vllm",
+    )
+    assert d.status == "failed" and d.serving is None
+    assert d.primary is not None and d.primary.cls == "config"

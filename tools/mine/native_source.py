@@ -24,24 +24,27 @@ _C_RE = [
     for call, level in _C_CALLS
 ]
 _GO_STR = r'(?:"(?:[^"\\\n]|\\.)*"|`[^`]*`)'
-_GO_RE = [
-    (re.compile(rf"\bslog\.Error(?:Context)?\(\s*(?:ctx,\s*)?({_GO_STR})"), "error"),
-    (re.compile(rf"\bslog\.Warn(?:Context)?\(\s*(?:ctx,\s*)?({_GO_STR})"), "warning"),
-    (re.compile(rf"\bfmt\.Errorf\(\s*({_GO_STR})"), "raise"),
-    (re.compile(rf"\berrors\.New\(\s*({_GO_STR})"), "raise"),
-    (re.compile(rf"\blog\.(?:Fatal|Fatalf|Panicf?)\(\s*({_GO_STR})"), "critical"),
-    (re.compile(rf"\bpanic\(\s*(?:fmt\.Sprintf\(\s*)?({_GO_STR})"), "critical"),
-]
 _RS_STR = r'"(?:[^"\\]|\\.)*"'
-_RS_RE = [
-    (re.compile(rf"\b(?:tracing::)?error!\(\s*(?:[\w.]+\s*=\s*[^,]+,\s*)*({_RS_STR})"), "error"),
-    (re.compile(rf"\b(?:tracing::)?warn!\(\s*(?:[\w.]+\s*=\s*[^,]+,\s*)*({_RS_STR})"), "warning"),
-    (re.compile(rf"#\[error\(\s*({_RS_STR})"), "raise"),
-    (re.compile(rf"\bpanic!\(\s*({_RS_STR})"), "critical"),
-    (re.compile(rf"\.expect\(\s*({_RS_STR})"), "critical"),
-    (re.compile(rf"\bbail!\(\s*({_RS_STR})"), "raise"),
-    (re.compile(rf"\banyhow!\(\s*({_RS_STR})"), "raise"),
+# (the call up to its format string, level); the format string is the group after it
+_GO_CALLS = [
+    (r"\bslog\.Error(?:Context)?\(\s*(?:ctx,\s*)?", "error"),
+    (r"\bslog\.Warn(?:Context)?\(\s*(?:ctx,\s*)?", "warning"),
+    (r"\bfmt\.Errorf\(\s*", "raise"),
+    (r"\berrors\.New\(\s*", "raise"),
+    (r"\blog\.(?:Fatal|Fatalf|Panicf?)\(\s*", "critical"),
+    (r"\bpanic\(\s*(?:fmt\.Sprintf\(\s*)?", "critical"),
 ]
+_RS_CALLS = [
+    (r"\b(?:tracing::)?error!\(\s*(?:[\w.]+\s*=\s*[^,]+,\s*)*", "error"),
+    (r"\b(?:tracing::)?warn!\(\s*(?:[\w.]+\s*=\s*[^,]+,\s*)*", "warning"),
+    (r"#\[error\(\s*", "raise"),
+    (r"\bpanic!\(\s*", "critical"),
+    (r"\.expect\(\s*", "critical"),
+    (r"\bbail!\(\s*", "raise"),
+    (r"\banyhow!\(\s*", "raise"),
+]
+_GO_RE = [(re.compile(f"{call}({_GO_STR})"), level) for call, level in _GO_CALLS]
+_RS_RE = [(re.compile(f"{call}({_RS_STR})"), level) for call, level in _RS_CALLS]
 _C_FMT = re.compile(r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|z|j|t)?([diouxXeEfFgGcspa%])|\x00(\w)")
 _GO_FMT = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?([vTtbcdoOqxXUeEfFgGsw%p])")
 _RS_FMT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # a logger call: <anything>.error(...), logger.warning_once(...), init_logger(...).info — the
@@ -149,58 +150,57 @@ class _Strings:
         return []
 
 
-def percent(pieces: list[Piece], args: list[ast.AST]) -> list[Piece]:
-    """A %-format string's pieces: each conversion a typed placeholder, named after its arg."""
+def _expand(pieces: list[Piece], rx: re.Pattern[str], hole: Callable[[re.Match[str]], list[Piece]]) -> list[Piece]:
+    """Each literal piece cut at the format's conversions, each conversion replaced by what
+    `hole` makes of it; placeholders already there stay."""
     out: list[Piece] = []
-    i = 0
     for p in pieces:
         if p.kind is not None:
             out.append(p)
             continue
         pos = 0
-        for m in _PCT.finditer(p.text):
+        for m in rx.finditer(p.text):
             out += _lit(p.text[pos : m.start()])
-            conv = m.group(1)
-            if conv == "%":
-                out += _lit("%")
-            else:
-                kind = "int" if conv in "diouxX" else "float" if conv in "eEfFgG" else "text"
-                name = _expr_name(args[i]) if i < len(args) else ""
-                out += _hole(kind, name)
-                i += 1
+            out += hole(m)
             pos = m.end()
         out += _lit(p.text[pos:])
     return out
+
+
+def percent(pieces: list[Piece], args: list[ast.AST]) -> list[Piece]:
+    """A %-format string's pieces: each conversion a typed placeholder, named after its arg."""
+    filled = iter(args)
+
+    def hole(m: re.Match[str]) -> list[Piece]:
+        conv = m.group(1)
+        if conv == "%":
+            return _lit("%")
+        kind = "int" if conv in "diouxX" else "float" if conv in "eEfFgG" else "text"
+        arg = next(filled, None)
+        return _hole(kind, _expr_name(arg) if arg is not None else "")
+
+    return _expand(pieces, _PCT, hole)
 
 
 def braces(pieces: list[Piece], args: list[ast.AST], kwargs: dict[str, ast.AST]) -> list[Piece]:
     """A str.format string's pieces: {}, {0}, {name}, {x:.2f}."""
-    out: list[Piece] = []
-    auto = 0
-    for p in pieces:
-        if p.kind is not None:
-            out.append(p)
-            continue
-        pos = 0
-        for m in _BRACE.finditer(p.text):
-            out += _lit(p.text[pos : m.start()])
-            pos = m.end()
-            if m.group(1) is None:
-                out += _lit(m.group(0)[0])
-                continue
-            field_, _, spec = m.group(1).partition(":")
-            field_ = field_.split("!")[0]
-            if field_ == "":
-                src = args[auto] if auto < len(args) else None
-                auto += 1
-            elif field_.isdigit():
-                src = args[int(field_)] if int(field_) < len(args) else None
-            else:
-                src = kwargs.get(field_.split(".")[0].split("[")[0])
-            name = _expr_name(src) if src is not None else field_
-            out += _hole(_kind_of_spec(spec) if spec else "text", name)
-        out += _lit(p.text[pos:])
-    return out
+    auto = iter(args)
+
+    def hole(m: re.Match[str]) -> list[Piece]:
+        if m.group(1) is None:  # {{ or }}
+            return _lit(m.group(0)[0])
+        field_, _, spec = m.group(1).partition(":")
+        field_ = field_.split("!")[0]
+        if field_ == "":
+            src = next(auto, None)
+        elif field_.isdigit():
+            src = args[int(field_)] if int(field_) < len(args) else None
+        else:
+            src = kwargs.get(field_.split(".")[0].split("[")[0])
+        name = _expr_name(src) if src is not None else field_
+        return _hole(_kind_of_spec(spec) if spec else "text", name)
+
+    return _expand(pieces, _BRACE, hole)
 
 
 def _merge(pieces: list[Piece]) -> list[Piece]:

@@ -96,13 +96,13 @@ def heldout(directory: Path) -> None:
                 continue
             known += 1
             line = _fill(t)
-            got = _classify_line(line, t.engine, know, older)
+            got = _classify_line(line, t.engine, know, older, t.module, t.function)
             right += got == t.cls
         print(f"{source:12} newest {newest:10} new error templates {len(new):5}, classed {known:5}: "
               f"the tool already classes {right} right ({right / max(1, known):.0%})")
 
 
-def _classify_line(line: str, engine: str, know, older: MinedKnowledge) -> str:
+def _classify_line(line: str, engine: str, know, older: MinedKnowledge, module: str = "x.py", function: str = "f") -> str:
     """What a scan of an excerpt ending on this exception line says, with only older knowledge."""
     import diagnose.mined as mined_mod
 
@@ -115,7 +115,10 @@ def _classify_line(line: str, engine: str, know, older: MinedKnowledge) -> str:
         from diagnose.pipeline import diagnose, scan_sources
 
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
-            f.write("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n" + line + "\n")
+            # as a traceback prints it: the innermost frame is the module that raises it
+            func = function.rsplit(".", 1)[-1] or "<module>"
+            f.write(f'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/{module}", '
+                    f"line 1, in {func}\n{line}\n")
         res = scan_sources(resolve_sources([f.name]), know, engine=engine if engine in know.profiles.by_engine else None)
         d = diagnose(res, know, f.name, engine=engine if engine in know.profiles.by_engine else None)
         Path(f.name).unlink()
