@@ -16,7 +16,7 @@ from diagnose.pipeline import Knowledge, diagnose, scan_sources
 from diagnose.rules import builtin_rules_dir
 
 MINED = os.path.join(builtin_rules_dir(), "mined")
-FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json"))
+FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json") and not n.endswith(".index.json"))
 
 
 def write_log(folder, name: str, text: str) -> str:
@@ -183,3 +183,22 @@ def test_rules_show_explains_a_mined_template(cli) -> None:
     assert tid in out and "tp_mismatch" in out and "versions:" in out
     bad = run([*cli, "rules", "show", "vllm.m.0000000000"])
     assert bad.returncode == 2 and b"no mined template" in bad.stderr
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_literal_index_agrees_with_a_full_parse(name: str) -> None:
+    """A scan reads only the literal index and the records its literals hit (diagnose/mined.py
+    Bundle); the index must find every record the JSON holds, with its own literal."""
+    from diagnose.mined import Bundle
+
+    path = os.path.join(MINED, name)
+    with open(path, encoding="utf-8") as f:
+        full = {r["id"]: r for r in json.load(f)["templates"]}
+    from diagnose.mined import index_path_of, scan_store
+
+    with open(index_path_of(path), encoding="utf-8") as f:
+        shipped = json.load(f)
+    assert shipped == scan_store(path), "stale index: python -m tools.mine.store"
+    got = Bundle(path).templates
+    assert len(got) == len(full)
+    assert all(full[t.id]["literal"] == t.literal for t in got)

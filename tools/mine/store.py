@@ -4,9 +4,11 @@ engine version added. Versions are kept as indices into the file's own version l
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import sys
 from pathlib import Path
+
+from diagnose.atomic import atomic_write
+from diagnose.mined import write_index
 
 
 def _ranges(seen: list[int], versions: list[str]) -> str:
@@ -54,8 +56,20 @@ def write_store(path: Path, data: dict, argv: list[str]) -> None:
     lines.append("  }")
     lines.append("}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.chmod(tmp, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, "\n".join(lines) + "\n")
+    write_index(str(path))
+
+
+def main() -> int:
+    """`python -m tools.mine.store [FILE ...]`: rewrite the literal index of mined files
+    (default: every file in rules/mined) without mining again."""
+    root = Path(__file__).resolve().parent.parent.parent / "rules" / "mined"
+    paths = [Path(p) for p in sys.argv[1:]] or sorted(p for p in root.glob("*.json") if not p.name.endswith(".index.json"))
+    for p in paths:
+        write_index(str(p))
+        print(f"indexed {p}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
