@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 MAX_LINE = 4096  # the part of a line templates are tried on (a line cut at 1 MiB is still one message)
 ERROR_LEVELS = ("raise", "assert", "critical", "error")
 # the engine every Python engine's log relays messages of
-RELAYS = ("torch",)
+RELAYS = ("torch", "torch-npu", "triton", "flashinfer")
 
 
 class Template:

@@ -33,8 +33,9 @@ from .store import write_store
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-PLATFORMS = ["manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux_2_31_x86_64",
-             "manylinux_2_34_x86_64", "manylinux_2_35_x86_64", "linux_x86_64"]
+PLATFORMS = ["manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
+             "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64",
+             "linux_x86_64", "any"]
 
 
 def glob_re(patterns: list[str]) -> re.Pattern[str]:

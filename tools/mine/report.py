@@ -27,7 +27,7 @@ def _templates(directory: Path) -> dict[str, tuple[dict, list[Template]]]:
     from diagnose.mined import Bundle
 
     out = {}
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(p for p in directory.glob("*.json") if not p.name.endswith(".index.json")):
         b = Bundle(str(path))
         data = json.loads(path.read_text(encoding="utf-8"))
         out[data["source"]] = (data, b.templates)
