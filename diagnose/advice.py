@@ -9,6 +9,7 @@ parallel sizes that divide the heads and fit the GPUs.
 from __future__ import annotations
 
 import math
+import re
 
 from .engines import Profiles, flag_for
 from .hostports import free_port, port_holder
@@ -964,17 +965,26 @@ class Advisor:
         self.generic("action:free_port")
 
     def for_config(self) -> None:
-        """The engine refused a launch setting: change the one its message names."""
+        """The engine refused a launch setting: change the one its message names (a canonical
+        parameter, or the flag itself in the engine's own name)."""
         f = self.ctx.finding
-        setting = f.facts.get("setting")
-        if setting and not self.out:
-            cur = self.ctx.current(str(setting))
-            self.add(
-                str(setting),
-                "a value the engine accepts",
-                f"the engine refused it: {f.evidence[:160]}",
-                cur,
-            )
+        if self.out:
+            return
+        setting, flag = f.facts.get("setting"), None
+        if not setting:
+            m = re.search(r"(?<![\w-])--([a-z][a-z0-9]*(?:[-_][a-z0-9]+)+|[a-z]{3,})\b", f.evidence)
+            if m is None:
+                return
+            setting, flag = m.group(1).replace("-", "_"), "--" + m.group(1)
+        self.add(
+            str(setting),
+            "the value the message asks for (or leave it unset)",
+            f"the engine refused it: {f.evidence[:160]}",
+            self.ctx.current(str(setting)),
+            flag=flag,
+        )
+        if flag and self.out:
+            self.out[-1].named_by_engine = True
 
     def for_hang(self) -> None:
         """What a stuck phase usually waits on (the seed's "stuck at one line" checklist)."""
@@ -1078,7 +1088,13 @@ def _fit_engine(changes: list[Change], engine: str, profiles: Profiles) -> list[
     flags = profiles.get(engine).flags
 
     def has(c: Change) -> bool:
-        return c.param in flags or c.param.startswith(("env:", "action:")) or c.param in NOT_A_SETTING
+        # a flag the engine's own message named (for_config) is the engine's by definition
+        return (
+            c.param in flags
+            or c.param.startswith(("env:", "action:"))
+            or c.param in NOT_A_SETTING
+            or c.named_by_engine
+        )
 
     if engine != "generic":
         return [c for c in changes if has(c)]

@@ -102,6 +102,7 @@ class ClassTable:
         self._params_src: dict[str, str] = dict(data.get("params") or {})
         self._params: list[tuple[str, re.Pattern[str]]] | None = None
         self.overrides: dict[str, dict[str, Any]] = {o["template"]: o for o in data.get("overrides") or []}
+        self.module_phases: list[tuple[str, str]] = [(m["module"], m["phase"]) for m in data.get("module_phases") or []]
         self._compiled: dict[tuple[int, str], re.Pattern[str]] = {}
         if validate:  # a changed file: every pattern now; a cached one compiles what it uses
             for row in self.rows:
@@ -128,6 +129,14 @@ class ClassTable:
             except re.error as e:
                 raise ValueError(f"{self.path}: rows[{row['_index']}] ({row['id']}): field {key}: {e}") from e
         return rx
+
+    def phase_of_module(self, module: str) -> str | None:
+        """The phase of a module that serves one phase only (module_phases), for messages no
+        mined call tree places (the Rust router's)."""
+        for rx, phase in self.module_phases:
+            if re.search(rx, module):
+                return phase
+        return None
 
     def param_of(self, text: str) -> str | None:
         best: tuple[int, str] | None = None

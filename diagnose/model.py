@@ -206,6 +206,7 @@ class Change:
     why: str
     verify: str
     frm: str | None = None
+    named_by_engine: bool = False  # the engine's own message named this flag (not in JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -234,7 +234,7 @@ def oom_phase(
         return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
     said = _mined_message_phase(rec, engine)
     if said:
-        return said[0], "message", f"the message: {engine} prints it from {said[1]} ({said[0]} call tree)"
+        return said[0], "message", f"the message: {engine} prints it from {said[1]}"
     if rec.phase_at is None and _server_was_up_after(rec, result):
         return "runtime", "context", "the HTTP server shut down cleanly after it, so it had been up"
     ctx = _phase_from_marks(rec.phase_after)
@@ -300,11 +300,14 @@ def _mined_message_phase(rec: RecordedHit, engine: str) -> tuple[str, str] | Non
         for m in k.match(text, engine, errors_only=True) if text else ():
             t = m.template
             if not t.function:
+                by_module = k.table.phase_of_module(t.module) if k.table is not None else None
+                if by_module:
+                    return by_module, f"{t.module}, a module of the {by_module} phase only"
                 continue
             stem = t.module.rsplit("/", 1)[-1].removesuffix(".py")
             found = k.frame_phase([t.function.rsplit(".", 1)[-1], stem], engine)
             if found:
-                return found[0], f"{t.module} {t.function}"
+                return found[0], f"{t.module} {t.function} ({found[0]} call tree)"
     return None
 
 
@@ -336,19 +339,26 @@ def _from_class_table(f: Finding, rec: RecordedHit, engine: str) -> str | None:
     the class table read on its words, its type and the module that raised it (low confidence)."""
     from .mined import knowledge
 
+    said: list[tuple[Line, str, str, str]] = []  # (line, message, exception type, module)
     for tb in (rec.tb, rec.near_tb):
-        if tb is None or tb.exception is None or not tb.innermost_file:
-            continue
-        m = _EXC_PREFIX.match(tb.exception.message.strip())
-        if m is None:
-            continue
-        t = knowledge().classify_line(m.group("msg"), m.group("exc"), tb.innermost_file, engine)
+        if tb is not None and tb.exception is not None and tb.innermost_file:
+            m = _EXC_PREFIX.match(tb.exception.message.strip())
+            if m is not None:
+                said.append((tb.exception, m.group("msg"), m.group("exc"), tb.innermost_file))
+    line = rec.hit.line
+    if not said and line.location and rec.tb is None:
+        # an error line with the logger's own location ([arg_utils.py:1234], source=server.go:90)
+        m = _EXC_PREFIX.match(line.message.strip())
+        msg, exc = (m.group("msg"), m.group("exc")) if m else (line.message.strip(), "")
+        said.append((line, msg, exc, line.location.rsplit(":", 1)[0]))
+    for where, msg, exc, module in said[:1]:
+        t = knowledge().classify_line(msg, exc, module, engine)
         if t is None or t.cls is None:
             return None
         f.cls, f.confidence, f.consequence = t.cls, "low", False
         f.rule = f"mined.table.{t.row}"
-        f.title = f"{_TEMPLATE_TITLE.get(t.cls, 'An error')} (by the words and module of {tb.innermost_file})"
-        f.line, f.evidence = tb.exception.number, tb.exception.message.strip()
+        f.title = f"{_TEMPLATE_TITLE.get(t.cls, 'An error')} (by the words and module of {module})"
+        f.line, f.evidence = where.number, where.message.strip()
         if t.param:
             f.facts["setting"] = t.param
         f.note = (

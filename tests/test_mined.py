@@ -202,3 +202,34 @@ def test_the_literal_index_agrees_with_a_full_parse(name: str) -> None:
     got = Bundle(path).templates
     assert len(got) == len(full)
     assert all(full[t.id]["literal"] == t.literal for t in got)
+
+
+def test_a_tgi_router_oom_is_runtime_by_the_module_that_prints_it(know: Knowledge, tmp_path) -> None:
+    # the router's line alone (a pasted excerpt, no timeline, no Python stack): TGI's router
+    # only prints "Request failed during generation" while serving a request
+    line = (
+        "2024-05-02T10:11:12.345678Z ERROR generate{parameters=GenerateParameters { best_of: None, "
+        "max_new_tokens: Some(1024) } total_time=\"2.1s\"}:generate:generate_stream:infer:send_error: "
+        "text_generation_router::infer: router/src/infer/mod.rs:866: Request failed during generation: "
+        "Server error: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
+        "of which 1.12 GiB is free.\n"
+    )
+    d = _scan(know, write_log(tmp_path, "tgi.log", line), engine="tgi")
+    assert d.primary is not None and d.primary.cls == "oom"
+    assert d.primary.oom_phase == "runtime", d.primary.phase_evidence
+
+
+def test_a_refused_setting_no_template_knows_is_config_with_the_flag_it_names(know: Knowledge, tmp_path) -> None:
+    # a message newer than every mined version, logged by vLLM's argument module at the end of
+    # the startup: the class table reads its words and the logger's location
+    log = (
+        "INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2\n"
+        "ERROR 03-01 10:00:05 [arg_utils.py:1490] --kv-cache-offload-size requires --kv-transfer-config "
+        "with an offloading connector.\n"
+    )
+    d = _scan(know, write_log(tmp_path, "cfg.log", log))
+    p = d.primary
+    assert p is not None and p.cls == "config" and p.confidence == "low"
+    assert p.rule == "mined.table.setting-conflict"
+    assert d.advice and d.advice[0].flag == "--kv-cache-offload-size"
+    assert d.to_json()["primary"]["layer"] == "configuration"
