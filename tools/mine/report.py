@@ -115,10 +115,17 @@ def _classify_line(line: str, engine: str, know, older: MinedKnowledge, module: 
         from diagnose.pipeline import diagnose, scan_sources
 
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
-            # as a traceback prints it: the innermost frame is the module that raises it
-            func = function.rsplit(".", 1)[-1] or "<module>"
-            f.write(f'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/{module}", '
-                    f"line 1, in {func}\n{line}\n")
+            if module.endswith(".py"):
+                # as a traceback prints it: the innermost frame is the module that raises it
+                func = function.rsplit(".", 1)[-1] or "<module>"
+                f.write(f'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/{module}", '
+                        f"line 1, in {func}\n{line}\n")
+            elif module.endswith(".go"):  # Ollama's slog line, the last of a failed start
+                msg = line.split(": ", 1)[-1] if line.startswith("error: ") else line
+                f.write(f'time=2025-06-01T10:00:00.000Z level=ERROR source={module.rsplit("/", 1)[-1]}:1 '
+                        f'msg="{msg}"\n')
+            else:  # llama.cpp and Rust: the message as its own error line
+                f.write(f"ERROR {line}\n")
         res = scan_sources(resolve_sources([f.name]), know, engine=engine if engine in know.profiles.by_engine else None)
         d = diagnose(res, know, f.name, engine=engine if engine in know.profiles.by_engine else None)
         Path(f.name).unlink()
