@@ -476,7 +476,7 @@ _knowledge: dict[str, MinedKnowledge] = {}
 def knowledge(directory: str | None = None) -> MinedKnowledge:
     """The mined knowledge shipped with the rules (or in `directory`), read once per process."""
     if directory is None:
-        from .rules import builtin_rules_dir
+        from .shipped import builtin_rules_dir
 
         directory = os.path.join(builtin_rules_dir(), "mined")
     k = _knowledge.get(directory)

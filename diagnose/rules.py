@@ -12,6 +12,7 @@ from .params import TEMPLATE_RE, param_problem
 from .patterns import PatternError
 from .patterns import compile_pattern as _compile
 from .records import field, record
+from .shipped import builtin_rules_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -67,13 +68,6 @@ class Rule:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
             self.compiled = _compile(self.pattern, self.shipped)
         return self.compiled.search(text)
-
-
-def builtin_rules_dir() -> str:
-    """rules/ inside the installed package (the wheel ships it there), or at the top of the source tree."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    packaged = os.path.join(here, "rules")
-    return packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(here), "rules")
 
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:

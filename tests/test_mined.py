@@ -13,7 +13,7 @@ import pytest
 
 from diagnose.mined import ClassTable, Template, knowledge
 from diagnose.pipeline import Knowledge, diagnose, scan_sources
-from diagnose.rules import builtin_rules_dir
+from diagnose.shipped import builtin_rules_dir
 
 MINED = os.path.join(builtin_rules_dir(), "mined")
 FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json") and not n.endswith(".index.json"))
