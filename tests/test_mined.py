@@ -233,3 +233,16 @@ def test_a_refused_setting_no_template_knows_is_config_with_the_flag_it_names(kn
     assert p.rule == "mined.table.setting-conflict"
     assert d.advice and d.advice[0].flag == "--kv-cache-offload-size"
     assert d.to_json()["primary"]["layer"] == "configuration"
+
+
+def test_a_line_the_engine_prints_as_a_warning_is_no_failure(know: Knowledge, tmp_path) -> None:
+    # SGLang logs a missing optional generation config at WARNING; here a collector marked its
+    # stderr ERROR and the log ends on it (before: "The startup ends on an error no rule explains")
+    log = (
+        "[2025-06-17 03:52:00] server_args=ServerArgs(model_path='org/model', tp_size=1, port=30000)\n"
+        "[2025-06-17 03:52:01] ERROR Failed to load generation config for org/model: 404 Client Error: Entry Not "
+        "Found for url: https://huggingface.co/org/model/resolve/main/generation_config.json. Proceeding without "
+        "generation config.\n"
+    )
+    d = _scan(know, write_log(tmp_path, "gen.log", log))
+    assert d.status == "incomplete" and d.primary is None
