@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from . import from_sources
 from .engines import Profiles
 from .matcher import RecordedHit, ScanResult
 from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
@@ -12,7 +13,6 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Any
 
-    from .mined import Match
     from .model import Line
 
 LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "configuration", "other"]
@@ -225,14 +225,14 @@ def oom_phase(
     st = stack_phase(_frames(rec), profiles, engine)
     if st:
         return st[0], "stack", f"the stack: frame {st[1]}"
-    mined = _mined_stack_phase(rec, engine)
+    mined = from_sources.stack_phase(_tb_frames(rec), engine)
     if mined:
         return mined[0], "stack", (
             f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
         )
     if rec.rule is not None and rec.rule.oom_phase:
         return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
-    said = _mined_message_phase(rec, engine)
+    said = from_sources.message_phase(_evidence_lines(rec), engine)
     if said:
         return said[0], "message", f"the message: {engine} prints it from {said[1]}"
     if rec.phase_at is None and _server_was_up_after(rec, result):
@@ -254,16 +254,8 @@ def _tb_frames(rec: RecordedHit) -> list[str]:
     return []
 
 
-def _mined_stack_phase(rec: RecordedHit, engine: str) -> tuple[str, str] | None:
-    frames = _tb_frames(rec)
-    if not frames:
-        return None
-    from .mined import knowledge
-
-    return knowledge().frame_phase(frames, engine)
-
-
 def _evidence_lines(rec: RecordedHit) -> list[Line]:
+    """The hit's line and its traceback's exception line."""
     lines = [rec.hit.line]
     for tb in (rec.tb, rec.near_tb):
         if tb is not None and tb.exception is not None and tb.exception is not rec.hit.line:
@@ -271,118 +263,18 @@ def _evidence_lines(rec: RecordedHit) -> list[Line]:
     return lines
 
 
-def _mined_match(rec: RecordedHit, engine: str) -> Match | None:
-    """The mined template that best explains an error no rule knows: one of the engine's own
-    errors with a class first, then any error template, then a template the engine only
-    prints as a warning."""
-    from .mined import knowledge
-
-    found: list[Match] = []
-    for line in _evidence_lines(rec):
-        text = line.message.strip() or line.text.strip()
-        if text:
-            found += knowledge().match(text, engine)
-    if not found:
-        return None
-    # the most specific template speaks (match() ranks them), an error before a warning;
-    # a vaguer template with a class never outvotes it
-    return min(found, key=lambda m: not m.template.is_error)
-
-
-def _mined_message_phase(rec: RecordedHit, engine: str) -> tuple[str, str] | None:
-    """The phase of the function that prints the OOM's own message (a router's "Request failed
-    during generation", a worker's error from its serving loop)."""
-    from .mined import knowledge
-
-    k = knowledge()
-    for line in _evidence_lines(rec):
-        text = line.message.strip()
-        for m in k.match(text, engine, errors_only=True) if text else ():
-            t = m.template
-            if not t.function:
-                by_module = k.table.phase_of_module(t.module) if k.table is not None else None
-                if by_module:
-                    return by_module, f"{t.module}, a module of the {by_module} phase only"
-                continue
-            stem = t.module.rsplit("/", 1)[-1].removesuffix(".py")
-            found = k.frame_phase([t.function.rsplit(".", 1)[-1], stem], engine)
-            if found:
-                return found[0], f"{t.module} {t.function} ({found[0]} call tree)"
-    return None
-
-
-def _from_template(f: Finding, m: Match) -> str:
-    """A finding no rule names, classed by the engine's own message (medium confidence)."""
-    t = m.template
-    f.cls = m.cls
-    f.rule = t.id
-    f.confidence = "medium"
-    f.consequence = False
-    f.title = f"{_TEMPLATE_TITLE.get(m.cls, 'An error')} ({t.engine}: {t.exc or t.level} in {t.module})"
-    for k, v in m.captures.items():
-        f.facts.setdefault(f"said_{k}", v[:200])
-    if t.param:
-        f.facts["setting"] = t.param
-    f.note = (
-        f"known from {t.source}'s own source ({t.module}, {t.function or 'module level'}; versions "
-        f"{t.versions}): no specific rule knows this message; its class comes from the table of "
-        f"mined messages (row {t.row})"
-    )
-    return m.cls
-
-
-_EXC_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception))(?:\([^)]*\))?:\s*(?P<msg>.*)")
-
-
-def _from_class_table(f: Finding, rec: RecordedHit, engine: str) -> str | None:
-    """An exception no rule, template or word knows (a message newer than the mined versions):
-    the class table read on its words, its type and the module that raised it (low confidence)."""
-    from .mined import knowledge
-
-    said: list[tuple[Line, str, str, str]] = []  # (line, message, exception type, module)
-    for tb in (rec.tb, rec.near_tb):
-        if tb is not None and tb.exception is not None and tb.innermost_file:
-            m = _EXC_PREFIX.match(tb.exception.message.strip())
-            if m is not None:
-                said.append((tb.exception, m.group("msg"), m.group("exc"), tb.innermost_file))
+def _raised(rec: RecordedHit) -> list[tuple[Line, str]]:
+    """(line, module that printed it): the exception line with the innermost frame's module,
+    or an error line with its logger's own location ([arg_utils.py:1234], source=server.go:90)."""
+    out = [
+        (tb.exception, tb.innermost_file)
+        for tb in (rec.tb, rec.near_tb)
+        if tb is not None and tb.exception is not None and tb.innermost_file
+    ]
     line = rec.hit.line
-    if not said and line.location and rec.tb is None:
-        # an error line with the logger's own location ([arg_utils.py:1234], source=server.go:90)
-        m = _EXC_PREFIX.match(line.message.strip())
-        msg, exc = (m.group("msg"), m.group("exc")) if m else (line.message.strip(), "")
-        said.append((line, msg, exc, line.location.rsplit(":", 1)[0]))
-    for where, msg, exc, module in said[:1]:
-        t = knowledge().classify_line(msg, exc, module, engine)
-        if t is None or t.cls is None:
-            return None
-        f.cls, f.confidence, f.consequence = t.cls, "low", False
-        f.rule = f"mined.table.{t.row}"
-        f.title = f"{_TEMPLATE_TITLE.get(t.cls, 'An error')} (by the words and module of {module})"
-        f.line, f.evidence = where.number, where.message.strip()
-        if t.param:
-            f.facts["setting"] = t.param
-        f.note = (
-            "no rule, mined message or class word knows this exception; the table of mined messages "
-            f"(row {t.row}) places it by its words and the module that raised it, so this reading is less certain"
-        )
-        if t.cls == "request" and f.severity == "fatal":
-            f.severity = "error"
-        return t.cls
-    return None
-
-
-_TEMPLATE_TITLE = {
-    "oom": "Out of memory, in the engine's own words",
-    "kv_cache_too_small": "The KV cache cannot hold what the launch asks",
-    "gpu_busy": "GPU memory held by other processes",
-    "tp_mismatch": "A parallel size the GPUs or the model cannot take",
-    "nccl": "Collective communication failed",
-    "port_in_use": "A port could not be bound",
-    "weights_format": "The checkpoint cannot be loaded as it is",
-    "driver": "The GPU platform or its driver refused",
-    "config": "The engine refused a launch setting",
-    "request": "A request was rejected",
-}
+    if not out and line.location and rec.tb is None:
+        out.append((line, line.location.rsplit(":", 1)[0]))
+    return out
 
 
 APP_SHUTDOWN_RULE = "uvicorn.app-shutdown"
@@ -483,11 +375,11 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
             frames=_frames(rec),
         )
         # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
-        mined = _mined_match(rec, engine) if rule is None else None
+        mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
         if mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None:
             continue  # the engine prints this line itself as a warning: part of a healthy run
         if mined is not None and mined.cls != "unknown_error":
-            cls = _from_template(f, mined)
+            cls = from_sources.apply_template(f, mined)
             if cls == "request" and f.severity == "fatal":
                 f.severity = "error"
         elif cls == "unknown_error":
@@ -510,7 +402,7 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
                     "no specific rule knows this message, so this reading is less certain"
                 )
             elif mined is None and rule is None:
-                cls = _from_class_table(f, rec, engine) or cls
+                cls = from_sources.apply_class_table(f, _raised(rec), engine) or cls
         if cls in ("oom", "kv_cache_too_small"):
             f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, cls, result, profiles, engine)
             if f.oom_phase == "runtime":
