@@ -16,6 +16,7 @@ from .hostports import free_port, port_holder
 from .model import Change, Finding
 from .params import fill_template
 from .records import record
+from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -67,21 +68,7 @@ INTERNAL_PORT_FRAMES = {
 }
 GRAPH_FRAMES = {"capture_model", "capture", "init_cuda_graphs", "CudaGraphRunner", "cuda_graph_runner"}
 
-VERIFY = {
-    "oom": "restart under `diagnose watch` and check it passes the phase that failed and reaches ready; then `diagnose probe`",
-    "kv_cache_too_small": "restart under `diagnose watch`: the KV-cache line must show room for at least one max-length request, then ready",
-    "gpu_busy": "`nvidia-smi` shows the GPU free (under 1 GiB used) before you restart; then `diagnose watch`",
-    "preemption": "under the same load, preemption/retraction warnings stop and KV-cache usage stays below ~90 %",
-    "tp_mismatch": "restart under `diagnose watch`: distributed init passes and every rank loads its weights",
-    "nccl": "restart under `diagnose watch`: distributed init completes; NCCL INFO lines name the transport in use",
-    "port_in_use": "`ss -ltnp` shows the port free (or the new one unused); restart and `diagnose probe` the new URL",
-    "weights_format": "restart under `diagnose watch`: weight loading starts and finishes",
-    "driver": "`nvidia-smi` works where the server runs (inside the container too); then restart",
-    "config": "restart under `diagnose watch`: the engine accepts its arguments and starts loading the model",
-    "request": "resend the request: it returns 200 with finish_reason 'length' or 'stop'",
-    "hang": "restart under `diagnose watch` and see the stuck phase finish within its budget",
-    "unknown_error": "restart under `diagnose watch` and check the same error does not come back",
-}
+VERIFY = TAXONOMY.verify  # the check that a change worked, per class (rules/taxonomy/taxonomy.yaml)
 
 
 @record

@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 from .records import field, record
+from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
 
-# The failure taxonomy (DESIGN.md): class -> layer. Stable: JSON consumers depend on it.
-CLASS_LAYER: dict[str, str] = {
-    "oom": "memory",
-    "kv_cache_too_small": "memory",
-    "gpu_busy": "memory",
-    "preemption": "memory",
-    "tp_mismatch": "parallelism",
-    "nccl": "parallelism",
-    "port_in_use": "port",
-    "weights_format": "weights",
-    "driver": "environment",
-    # the engine refused a launch setting (an invalid value, options that conflict)
-    "config": "configuration",
-    "hang": "other",
-    "request": "other",
-    "unknown_error": "other",
-    # Not a failure: the class of `info` findings for a stop someone asked for (Ctrl-C,
-    # SIGTERM from a scheduler). A stopped run keeps its status (ready / incomplete).
-    "stop": "other",
-}
+# The failure taxonomy (DESIGN.md), read from rules/taxonomy/taxonomy.yaml: class -> layer, in triage
+# order. Stable: JSON consumers depend on it. A class or phase is added in that file only.
+CLASS_LAYER: dict[str, str] = TAXONOMY.class_layer
 CLASSES = frozenset(CLASS_LAYER)
 
 # Severities, most severe first. `info` findings are told but never change the status (a
@@ -36,22 +20,10 @@ CLASSES = frozenset(CLASS_LAYER)
 SEVERITIES = ("fatal", "error", "warning", "info", "ignore")
 
 # Canonical startup phases, in the order a healthy start passes them.
-PHASES = (
-    "start",
-    "args",
-    "devices",
-    "distributed_init",
-    "load_weights",
-    "weights_loaded",
-    "kv_cache",
-    "cuda_graphs",
-    "listening",
-    "ready",
-    "serving",
-)
+PHASES: tuple[str, ...] = TAXONOMY.phases
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
-OOM_PHASES = ("load", "startup", "runtime")
+OOM_PHASES: tuple[str, ...] = TAXONOMY.oom_phases
 
 
 @record

@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from .model import Diagnosis, Finding
 from .styled import StyledLines
+from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
 
-PHASE_LABEL = {
-    "start": "start",
-    "args": "args",
-    "devices": "devices",
-    "distributed_init": "distributed init",
-    "load_weights": "loading weights",
-    "weights_loaded": "weights loaded",
-    "kv_cache": "KV-cache sizing",
-    "cuda_graphs": "CUDA-graph capture",
-    "listening": "HTTP server up",
-    "ready": "ready",
-    "serving": "serving",
-}
+PHASE_LABEL = TAXONOMY.phase_label  # phases as people read them (rules/taxonomy/taxonomy.yaml)
 STATUS_MARK = {
     "failed": ("✗", "bold red"),
     "degraded": ("!", "bold yellow"),

@@ -8,6 +8,7 @@ from . import from_sources
 from .engines import Profiles
 from .matcher import RecordedHit, ScanResult
 from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
+from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -15,51 +16,17 @@ if TYPE_CHECKING:
 
     from .model import Line
 
-LAYER_ORDER = ["memory", "parallelism", "port", "weights", "environment", "configuration", "other"]
-CLASS_ORDER = [
-    "gpu_busy",
-    "kv_cache_too_small",
-    "oom",
-    "preemption",
-    "tp_mismatch",
-    "nccl",
-    "port_in_use",
-    "weights_format",
-    "driver",
-    "config",
-    "hang",
-    "request",
-    "unknown_error",
-    "stop",
-]
+LAYER_ORDER = TAXONOMY.layers
+CLASS_ORDER = TAXONOMY.class_order
 SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2, "info": 3}
 MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
 CONTEXT_AFTER = 60  # lines after an error whose context still tells its phase
 RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
 
-# Default time a phase may take before a scan of a finished log calls it a hang (seconds).
-HANG_BUDGET_S = {
-    "start": 300,
-    "args": 300,
-    "devices": 300,
-    "distributed_init": 600,
-    "load_weights": 3600,
-    "weights_loaded": 900,
-    "kv_cache": 900,
-    "cuda_graphs": 900,
-    "listening": 600,
-}
-HANG_WAITS_ON = {
-    "start": "importing the engine and its kernels (disk, Python environment)",
-    "args": "resolving the model, its config and tokenizer (Hub access, disk)",
-    "devices": "GPU detection and the model's files (driver, CUDA_VISIBLE_DEVICES, Hub)",
-    "distributed_init": "NCCL initialisation: all ranks must join (P2P, /dev/shm, firewall)",
-    "load_weights": "weight download or reading from disk (network, disk I/O)",
-    "weights_loaded": "memory profiling and torch.compile (compile cache directory writable?)",
-    "kv_cache": "KV-cache allocation or compilation",
-    "cuda_graphs": "CUDA-graph capture (another process on the GPU?)",
-    "listening": "the warm-up request (an HTTP proxy intercepting localhost?)",
-}
+# Time a phase may take before a scan of a finished log calls it a hang (seconds), and what
+# it usually waits on (rules/taxonomy/taxonomy.yaml).
+HANG_BUDGET_S = TAXONOMY.hang_budget_s
+HANG_WAITS_ON = TAXONOMY.waits_on
 
 _TS_PATTERNS = [
     (re.compile(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"), "ymd"),
@@ -376,7 +343,13 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
         )
         # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
         mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
-        if mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None:
+        if (
+            mined is not None
+            and not mined.template.is_error
+            and rec.tb is None
+            and rec.near_tb is None
+            and line.level != "CRITICAL"
+        ):
             continue  # the engine prints this line itself as a warning: part of a healthy run
         if mined is not None and mined.cls != "unknown_error":
             cls = from_sources.apply_template(f, mined)
