@@ -1134,6 +1134,24 @@ def rules_list(rules: RulesOpt = None) -> None:
     for r in sorted(know.rules.rules, key=lambda r: (r.cls or "~", r.id)):
         table.add_row(r.id, r.cls or "—", r.severity, ",".join(r.engines), r.title)
     _console().print(table)
+    _console().print()
+    _console().print(Text(_mined_summary()))
+
+
+def _mined_summary() -> str:
+    """One line on the knowledge mined from the engines' sources (read from the indexes)."""
+    from .mined import knowledge
+
+    k = knowledge()
+    parts = []
+    for name in k.files:
+        b = k.bundle(name)
+        versions = f"{b.versions[0]}–{b.versions[-1]}" if len(b.versions) > 1 else "".join(b.versions)
+        parts.append(f"{name} {versions} ({b.count})")
+    return (
+        "mined from the engines' own sources (rules/mined; `diagnose rules show <id>` explains one): "
+        + ", ".join(parts)
+    )
 
 
 def _show_template(template_id: str) -> None:

@@ -319,6 +319,11 @@ class Bundle:
         return t
 
     @property
+    def count(self) -> int:
+        """How many templates the file holds (from the index: none is read)."""
+        return sum(len(offsets) for offsets in self._offsets.values())
+
+    @property
     def templates(self) -> list[Template]:
         """Every template (for the report tools and `rules show`; a scan never needs all)."""
         return [self._at(o) for offsets in self._offsets.values() for o in offsets]

@@ -246,3 +246,13 @@ def test_a_line_the_engine_prints_as_a_warning_is_no_failure(know: Knowledge, tm
     )
     d = _scan(know, write_log(tmp_path, "gen.log", log))
     assert d.status == "incomplete" and d.primary is None
+
+
+def test_rules_list_says_what_was_mined(cli) -> None:
+    from .conftest import run
+
+    p = run([*cli, "rules", "list"])
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "mined from the engines' own sources" in out
+    assert "vllm 0.2.7–0.34.0" in out
