@@ -124,7 +124,8 @@ def run_child(
                     if not announced_ready:
                         announced_ready = True
                         progress.stop()
-                        console.print(
+                        # with --json, stdout carries the JSON alone: progress goes to stderr
+                        (Console(stderr=True) if json_out else console).print(
                             Text(
                                 f"ready in {time.monotonic() - started:.0f} s; watching for runtime failures",
                                 style="bold green",

@@ -211,6 +211,23 @@ def test_run_a_server_that_exits_at_once(cli):
     )
 
 
+def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
+    # the "ready in N s" progress line went to stdout before the JSON document
+    script = tmp_path / "server.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "echo 'INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2'\n"
+        "echo 'INFO:     Application startup complete.'\n"
+        "echo 'INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)'\n"
+        "sleep 1\n"
+    )
+    script.chmod(0o755)
+    p = subprocess.run([*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT)
+    doc = json.loads(p.stdout)  # nothing but the document
+    assert doc["status"] == "ready"
+    assert b"ready in" in p.stderr
+
+
 def test_run_stop_on_failure_kills_a_server_that_ignores_sigterm(cli, tmp_path):
     script = tmp_path / "stubborn.sh"
     pidfile = tmp_path / "pid"
