@@ -142,7 +142,8 @@ def run_child(
                         on_verdict(v)  # said now; the server stays up until it exits or Ctrl-C
                 progress.update()
             if timeout is not None and verdict is None and time.monotonic() - started > timeout:
-                verdict = Verdict("timeout", session.diagnosis())
+                # a server that became ready and ran until --timeout is not a failure: a stop
+                verdict = Verdict("stopped" if announced_ready else "timeout", session.diagnosis())
                 progress.stop()
                 terminate(proc)  # the whole group: nothing is left running with its pipe closed
                 break

@@ -207,8 +207,10 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
             )
         elif verdict.kind == "interrupted":
             console.print(Text("stopped watching (Ctrl-C): the log so far", style="bold yellow"))
+        elif verdict.kind == "stopped":
+            console.print(Text("stopped at --timeout: the server had become ready", style="bold green"))
         print_styled(render_text(d), console)
-    if verdict.kind == "ready" or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
+    if verdict.kind in ("ready", "stopped") or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
         return EXIT_OK
     return EXIT_FOUND
 

@@ -52,7 +52,7 @@ def parse_budgets(items: list[str] | None) -> dict[str, float]:
 
 @dataclass
 class Verdict:
-    kind: str  # fatal / ready / hang / timeout / ended
+    kind: str  # fatal / ready / hang / timeout / stopped (at --timeout, after ready) / ended
     diagnosis: Diagnosis
 
 

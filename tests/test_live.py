@@ -228,6 +228,23 @@ def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
     assert b"ready in" in p.stderr
 
 
+def test_run_timeout_after_ready_is_a_stop_not_a_failure(cli, tmp_path):
+    script = tmp_path / "server.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "echo 'INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2'\n"
+        "echo 'INFO:     Application startup complete.'\n"
+        "echo 'INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)'\n"
+        "sleep 30\n"
+    )
+    script.chmod(0o755)
+    p = subprocess.run(
+        [*cli, "run", "--quiet", "--timeout", "2", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
+    assert p.returncode == 0, p.stdout.decode()[-500:]
+    assert "stopped at --timeout" in p.stdout.decode()
+
+
 def test_run_stop_on_failure_kills_a_server_that_ignores_sigterm(cli, tmp_path):
     script = tmp_path / "stubborn.sh"
     pidfile = tmp_path / "pid"
