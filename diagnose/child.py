@@ -32,6 +32,13 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _end_orphans(proc: subprocess.Popen[bytes]) -> None:
+    """The server's process has exited; what is left of its group (workers) is stopped too."""
+    _signal_group(proc, signal.SIGTERM)
+    time.sleep(0.5)
+    _signal_group(proc, signal.SIGKILL)
+
+
 def terminate(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_S) -> None:
     """SIGTERM the server's group; SIGKILL what is left after the grace period."""
     if proc.poll() is not None:
@@ -54,11 +61,14 @@ def run_child(
     json_out: bool = False,
     echo: bool = True,
     on_verdict: Any = None,
+    grace: float | None = 30.0,
 ) -> tuple[Verdict, int | None, float]:
     """Run the server as a child in its own process group. Its output is teed to `log_path`
     and (`echo`) to our stderr, and fed to the session; a fatal verdict is handed to
-    `on_verdict` as soon as it is known while the server stays up (unless `stop_on_failure`);
-    Ctrl-C/SIGTERM are forwarded to the group; `timeout` ends the whole group."""
+    `on_verdict` as soon as it is known; the server then has `grace` seconds to exit on its own
+    before its whole process group is stopped (at once with `stop_on_failure`); the child's own
+    exit ends the run even when workers it left behind hold the pipe; Ctrl-C/SIGTERM are
+    forwarded to the group; `timeout` ends the whole group."""
     try:
         proc = subprocess.Popen(
             cmd,
@@ -95,10 +105,17 @@ def run_child(
     partial = b""
     verdict: Verdict | None = None
     announced_ready = False
+    fatal_at: float | None = None  # when a fatal verdict was said (the grace period starts)
     try:
         while True:
             eof = False
-            if sel.select(timeout=0.5):
+            ready = sel.select(timeout=0.5)
+            if not ready and proc.poll() is not None:
+                # the child itself has exited and its output is drained: workers it left behind
+                # may hold the pipe open for ever, so its exit, not the pipe's end, ends the run
+                _end_orphans(proc)
+                eof = True
+            if ready:
                 data = os.read(fd, 1 << 16)
                 if not data:
                     eof = True
@@ -135,12 +152,18 @@ def run_child(
                     session.follow_after_ready = True
                 elif v is not None:
                     verdict = v
+                    fatal_at = time.monotonic()
                     if stop_on_failure:
                         progress.stop()
                         terminate(proc)
                     elif on_verdict is not None:
-                        on_verdict(v)  # said now; the server stays up until it exits or Ctrl-C
+                        on_verdict(v)  # said now; the server may exit on its own within `grace`
                 progress.update()
+            if fatal_at is not None and grace is not None and time.monotonic() - fatal_at > grace:
+                if proc.poll() is None:
+                    progress.stop()
+                    terminate(proc)  # the whole group: a failed server that would not exit
+                break
             if timeout is not None and verdict is None and time.monotonic() - started > timeout:
                 # a server that became ready and ran until --timeout is not a failure: a stop
                 verdict = Verdict("stopped" if announced_ready else "timeout", session.diagnosis())

@@ -295,6 +295,13 @@ def run(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="Do not echo the server's output (it still goes to --log).")
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="Seconds a server may keep running after a fatal verdict before its process group is stopped.",
+        ),
+    ] = 30.0,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
 ) -> None:
@@ -318,11 +325,13 @@ def run(
 
         if not json_out:
             print_styled(render_text(v.diagnosis), console)
-            console.print(Text("  the server is still up: Ctrl-C stops it", style="dim"))
+            console.print(
+                Text(f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)", style="dim")
+            )
         said.append(v)
 
     verdict, child_rc, started = run_child(
-        cmd, session, console, log, stop_on_failure, timeout, json_out, echo=not quiet, on_verdict=say_now
+        cmd, session, console, log, stop_on_failure, timeout, json_out, echo=not quiet, on_verdict=say_now, grace=grace
     )
     if said and not json_out and verdict is said[0]:
         rc = EXIT_FOUND  # already printed in full

@@ -245,6 +245,37 @@ def test_run_timeout_after_ready_is_a_stop_not_a_failure(cli, tmp_path):
     assert "stopped at --timeout" in p.stdout.decode()
 
 
+def test_run_stops_a_failed_server_after_the_grace_period(cli, tmp_path):
+    # a fatal line while the server keeps running: the verdict at once, the group stopped
+    # after --grace, exit 1 (it waited for ever before)
+    script = tmp_path / "server.sh"
+    script.write_text(
+        f"#!/bin/sh\ncat {LOGS / 'vllm' / 'kv-cache-too-small-v1.log'}\nsleep 60\n"
+    )
+    script.chmod(0o755)
+    t = time.monotonic()
+    p = subprocess.run(
+        [*cli, "run", "--quiet", "--grace", "1", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
+    assert p.returncode == 1 and "✗ failed" in p.stdout.decode()
+    assert time.monotonic() - t < 15
+
+
+def test_run_ends_with_the_child_even_when_its_workers_hold_the_pipe(cli, tmp_path):
+    # the server's parent process dies; a worker it left behind keeps stdout open
+    script = tmp_path / "server.sh"
+    script.write_text(
+        "#!/bin/sh\necho 'INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2'\n"
+        "(sleep 60; echo late) &\nexit 3\n"
+    )
+    script.chmod(0o755)
+    t = time.monotonic()
+    p = subprocess.run([*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT)
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["primary"]["facts"]["exit_code"] == 3
+    assert time.monotonic() - t < 15
+
+
 def test_run_stop_on_failure_kills_a_server_that_ignores_sigterm(cli, tmp_path):
     script = tmp_path / "stubborn.sh"
     pidfile = tmp_path / "pid"
