@@ -42,6 +42,15 @@ def run_guarded(command: Callable[[], int]) -> NoReturn:
 
 
 def main() -> NoReturn:
+    try:
+        _route()
+    except KeyboardInterrupt:  # Ctrl-C while the modules still load: no traceback either
+        print("diagnose: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(0)
+
+
+def _route() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["scan"] or (argv[:1] and argv[0].startswith("--")):
         # `… | diagnose --json` is `diagnose scan --json -`: no command means scan

@@ -426,3 +426,17 @@ def test_ctrl_c_during_watch_prints_the_log_so_far(cli, tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert b"stopped watching (Ctrl-C)" in out and b"incomplete" in out and b"Traceback" not in err
+
+
+def test_ctrl_c_while_the_modules_load_is_one_line_not_a_traceback(monkeypatch, capsys):
+    # a Ctrl-C in the first ~50 ms lands in an import, before any command's own handler
+    import diagnose.entry as entry
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "_route", interrupted)
+    with pytest.raises(SystemExit) as e:
+        entry.main()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "diagnose: interrupted\n"
