@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 
 from .datacache import data_cache
+from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_pattern as _compile
 from .records import field, record
-from .rules import _load_yaml, builtin_rules_dir, compile_pattern, yaml_files
+from .rules import builtin_rules_dir, compile_pattern, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ import os
 import re
 
 from .datacache import data_cache
+from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
 from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .params import TEMPLATE_RE, param_problem
@@ -253,21 +254,6 @@ def check_examples(rule: Rule) -> tuple[str, str] | None:
         if rule_matches_text(rule, e):
             return "examples.no_match", f"pattern matches its no_match example: {e[:120]!r}"
     return None
-
-
-def _load_yaml(path: str) -> Any:
-    import yaml  # only for files the cache does not hold (datacache.py)
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: ten times faster
-    try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.load(f, Loader=loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise RuleError(path, None, None, f"not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise RuleError(path, None, None, f"cannot read: {e}") from None
 
 
 @record

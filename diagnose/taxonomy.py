@@ -37,74 +37,62 @@ def _need(cond: bool, path: str, ident: str | None, fld: str, problem: str) -> N
         raise RuleError(path, ident, fld, problem)
 
 
+def _entries(data: dict[str, Any], key: str, path: str, needed: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """id → entry of a list of `{id: …, …}` mappings: ids present, none twice, the needed ones there."""
+    raw = data.get(key)
+    _need(isinstance(raw, list) and bool(raw), path, None, key, f"a list of {key}")
+    out: dict[str, dict[str, Any]] = {}
+    for e in raw:
+        _need(isinstance(e, dict) and isinstance(e.get("id"), str), path, None, f"{key}[].id", "every entry needs an id")
+        _need(e["id"] not in out, path, e["id"], "id", "appears twice")
+        out[e["id"]] = e
+    for ident in needed:
+        _need(ident in out, path, ident, "id", "the tool needs it")
+    return out
+
+
+def _text(entry: dict[str, Any], fld: str, path: str, problem: str) -> str:
+    _need(isinstance(entry.get(fld), str) and bool(entry[fld]), path, entry["id"], fld, problem)
+    return str(entry[fld])
+
+
 def parse(data: Any, path: str) -> Taxonomy:
     """The taxonomy from the file's data, every field checked."""
     _need(isinstance(data, dict), path, None, "(file)", "must be a mapping")
     layers = data.get("layers")
     _need(isinstance(layers, list) and all(isinstance(x, str) for x in layers), path, None, "layers", "a list of names")
-    class_layer: dict[str, str] = {}
-    verify: dict[str, str] = {}
-    classes = data.get("classes")
-    _need(isinstance(classes, list) and bool(classes), path, None, "classes", "a list of classes")
-    for c in classes:
-        _need(isinstance(c, dict) and isinstance(c.get("id"), str), path, None, "classes[].id", "every class needs an id")
-        cid = c["id"]
-        _need(cid not in class_layer, path, cid, "id", "appears twice")
+    classes = _entries(data, "classes", path, ("unknown_error", "stop"))
+    for cid, c in classes.items():
         _need(c.get("layer") in layers, path, cid, "layer", f"must be one of {', '.join(layers)}")
-        _need(isinstance(c.get("verify"), str) and bool(c["verify"]), path, cid, "verify", "the check a change worked")
-        class_layer[cid] = c["layer"]
-        verify[cid] = c["verify"]
-    for needed in ("unknown_error", "stop"):
-        _need(needed in class_layer, path, needed, "id", "the tool needs this class")
-    phases: list[str] = []
-    label: dict[str, str] = {}
-    budget: dict[str, int] = {}
-    waits: dict[str, str] = {}
-    raw_phases = data.get("phases")
-    _need(isinstance(raw_phases, list) and bool(raw_phases), path, None, "phases", "a list of phases")
-    for p in raw_phases:
-        _need(isinstance(p, dict) and isinstance(p.get("id"), str), path, None, "phases[].id", "every phase needs an id")
-        pid = p["id"]
-        _need(pid not in label, path, pid, "id", "appears twice")
-        _need(isinstance(p.get("label"), str) and bool(p["label"]), path, pid, "label", "how people read it")
-        phases.append(pid)
-        label[pid] = p["label"]
-        if pid in ("ready", "serving"):
-            continue  # nothing waits there: no budget
+    verify = {cid: _text(c, "verify", path, "the check a change worked") for cid, c in classes.items()}
+    phases = _entries(data, "phases", path, ("start", "args", "distributed_init", "load_weights", "weights_loaded", "ready", "serving"))
+    label = {pid: _text(p, "label", path, "how people read it") for pid, p in phases.items()}
+    waiting = {pid: p for pid, p in phases.items() if pid not in ("ready", "serving")}  # nothing waits there
+    for pid, p in waiting.items():
         _need(isinstance(p.get("hang_budget_s"), int) and p["hang_budget_s"] > 0, path, pid, "hang_budget_s",
               "seconds before a finished log stuck here is a hang")
-        _need(isinstance(p.get("waits_on"), str) and bool(p["waits_on"]), path, pid, "waits_on",
-              "what the phase usually waits on")
-        budget[pid] = p["hang_budget_s"]
-        waits[pid] = p["waits_on"]
-    for needed in ("start", "args", "distributed_init", "load_weights", "weights_loaded", "ready", "serving"):
-        _need(needed in label, path, needed, "id", "the matcher and triage need this phase")
+    waits = {pid: _text(p, "waits_on", path, "what the phase usually waits on") for pid, p in waiting.items()}
     oom = data.get("oom_phases")
     _need(isinstance(oom, list) and set(oom) == {"load", "startup", "runtime"}, path, None, "oom_phases",
           "load, startup and runtime")
-    return Taxonomy(layers, class_layer, verify, tuple(phases), label, budget, waits, tuple(oom))
+    return Taxonomy(
+        layers,
+        {cid: c["layer"] for cid, c in classes.items()},
+        verify,
+        tuple(phases),
+        label,
+        {pid: p["hang_budget_s"] for pid, p in waiting.items()},
+        waits,
+        tuple(oom),
+    )
 
 
 def load(path: str | None = None) -> Taxonomy:
     """The shipped taxonomy (or the file given), validated once and then read from the cache."""
-    from .datacache import data_cache
+    from .datacache import load_validated
 
-    path = path or os.path.join(builtin_rules_dir(), "taxonomy", "taxonomy.yaml")
-    cache = data_cache()
-    trusted, data = cache.get(path)
-    if not trusted:
-        import yaml
-
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        except (OSError, yaml.YAMLError) as e:
-            raise RuleError(path, None, "(file)", str(e).splitlines()[0]) from e
-    tax = parse(data, path)
-    if not trusted:
-        cache.put(path, data)
-        cache.save()
-    return tax
+    where = path or os.path.join(builtin_rules_dir(), "taxonomy", "taxonomy.yaml")
+    return load_validated(where, lambda data, _trusted: parse(data, where))
 
 
 TAXONOMY = load()
