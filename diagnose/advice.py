@@ -16,6 +16,7 @@ from .hostports import free_port, port_holder
 from .model import Change, Finding
 from .params import fill_template
 from .records import record
+from .settings import value_in_force
 from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -95,16 +96,7 @@ class Context:
 
     def current(self, param: str) -> Any:
         """The value in force: launched with, said by the error, reported, else the default."""
-        if param in self.launch:
-            return self.launch[param]
-        if param in self.finding.facts:
-            return self.finding.facts[param]
-        if param in self.observed:
-            return self.observed[param]
-        prof = self.profiles.get(self.engine)
-        if param in prof.defaults:
-            return prof.defaults[param]
-        return self.profiles.get("generic").defaults.get(param)
+        return value_in_force(param, self.launch, self.profiles, self.engine, self.finding.facts, self.observed)
 
 
 def weight_gib_at(shape: Any, tp: int) -> float:

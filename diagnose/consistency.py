@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from .model import Finding
+from .settings import value_in_force
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,12 +55,6 @@ def _finding(
     )
 
 
-def _launch(result: ScanResult, profiles: Profiles, engine: str, name: str) -> Any:
-    if name in result.launch and result.launch[name] is not None:
-        return result.launch[name]
-    return profiles.get(engine).defaults.get(name)
-
-
 def check(
     result: ScanResult, profiles: Profiles, engine: str, findings: list[Finding], source: str
 ) -> list[Finding]:
@@ -69,6 +64,7 @@ def check(
     ):
         return []
     obs = result.observed
+    launch = {k: v for k, v in result.launch.items() if v is not None}  # None in a dump: the default
     avail = obs.get("kv_avail_gib")
     if isinstance(avail, float | int) and avail <= 0:
         return [
@@ -91,7 +87,7 @@ def check(
         ]
     max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
     if engine == "vllm" and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs:
-        block_size = int(_launch(result, profiles, engine, "block_size") or V0_BLOCK_SIZE)
+        block_size = int(value_in_force("block_size", launch, profiles, engine, observed=obs) or V0_BLOCK_SIZE)
         tokens = blocks * block_size
         if tokens < max_len:
             return [
@@ -107,7 +103,7 @@ def check(
             ]
     start, after = obs.get("free_start_gib"), obs.get("free_after_weights_gib")
     if engine == "sglang" and isinstance(start, float | int) and isinstance(after, float | int) and start > 0:
-        fraction = _launch(result, profiles, engine, "gpu_memory_utilization")
+        fraction = value_in_force("gpu_memory_utilization", launch, profiles, engine, observed=obs)
         try:
             mfs = float(fraction)
         except (TypeError, ValueError):
