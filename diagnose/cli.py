@@ -1172,7 +1172,7 @@ def _show_template(template_id: str) -> None:
 
     k = knowledge()
     engine = template_id.split(".m.", 1)[0]
-    t = next((t for b in k.bundles_for(engine) for t in b.templates if t.id == template_id), None)
+    t = next((t for b in k.bundles_for(engine) if (t := b.by_id(template_id)) is not None), None)
     if t is None:
         raise InputError(f"no mined template {template_id!r} (ids look like vllm.m.8204ab7563)")
     k.classified(t)

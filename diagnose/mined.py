@@ -323,6 +323,13 @@ class Bundle:
         """How many templates the file holds (from the index: none is read)."""
         return sum(len(offsets) for offsets in self._offsets.values())
 
+    def by_id(self, template_id: str) -> Template | None:
+        """One template by its id (`rules show`): its line found in the file, not every record read."""
+        with open(self.path, "rb") as f:
+            raw = f.read()
+        at = raw.find(b'{"id": ' + json.dumps(template_id).encode() + b",")
+        return self._at(raw.rfind(b"\n", 0, at) + 1) if at >= 0 else None
+
     @property
     def templates(self) -> list[Template]:
         """Every template (for the report tools and `rules show`; a scan never needs all)."""
@@ -443,36 +450,18 @@ _HOLE = re.compile(r"\{[^{}]*\}")  # a placeholder in a template's text
 
 def _load_table(path: str) -> ClassTable:
     """The class table, from the validated-data cache when the file is unchanged (no YAML
-    import on a scan), else parsed, checked and cached."""
-    from .datacache import data_cache
+    import on a scan, its patterns compiled on first use), else parsed and checked."""
+    from .datacache import load_validated
 
-    cache = data_cache()
-    trusted, data = cache.get(path)
-    if not trusted:
-        data = _load_yaml(path)
-    try:
-        table = ClassTable(data, path, validate=not trusted)
-    except ValueError as e:
-        from .errors import InputError
+    def parse(data: Any, trusted: bool) -> ClassTable:
+        try:
+            return ClassTable(data if isinstance(data, dict) else {}, path, validate=not trusted)
+        except ValueError as e:
+            from .errors import InputError
 
-        raise InputError(str(e)) from e
-    if not trusted:
-        cache.put(path, data)
-        cache.save()
-    return table
+            raise InputError(str(e)) from e
 
-
-def _load_yaml(path: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, yaml.YAMLError) as e:
-        from .errors import InputError
-
-        raise InputError(f"{path}: {e}") from e
-    return data if isinstance(data, dict) else {}
+    return load_validated(path, parse)
 
 
 _knowledge: dict[str, MinedKnowledge] = {}
