@@ -27,7 +27,7 @@ import yaml
 
 from .callgraph import frame_key, phases
 from .native_source import mine_native
-from .pattern import build, template_id
+from .pattern import build, template_id, template_text
 from .python_source import Function, mine_module
 from .store import write_store
 
@@ -169,7 +169,7 @@ def mine_source(name: str, spec: dict, cache: Path, mirrors: dict[str, str], ver
                 if built is None:
                     continue
                 pattern, literal = built
-                text_ = "".join(p.text if p.kind is None else "{" + (p.name or "") + "}" for p in t.pieces)
+                text_ = template_text(t.pieces)
                 tid = template_id(engine, f"{t.level}|{t.exc}|{text_}")
                 rec = templates.get(tid)
                 if rec is None:

@@ -93,6 +93,11 @@ def build(pieces: Sequence[PieceLike]) -> tuple[str, str] | None:
     return pattern, longest
 
 
+def template_text(pieces: Sequence[PieceLike]) -> str:
+    """The template as the mined file shows it: literal text, each placeholder as {name}."""
+    return "".join(p.text if p.kind is None else "{" + (p.name or "") + "}" for p in pieces)
+
+
 def template_id(engine: str, text: str) -> str:
     """Stable across versions: the engine and the template's own text."""
     return f"{engine}.m.{hashlib.sha1(text.encode()).hexdigest()[:10]}"

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .pattern import template_text
+
 # a logger call: <anything>.error(...), logger.warning_once(...), init_logger(...).info — the
 # receiver's name must say it is a logger, so list.remove or dict.get never count
 _LOG_LEVELS = {
@@ -52,10 +54,7 @@ class Template:
 
     @property
     def text(self) -> str:
-        out = []
-        for p in self.pieces:
-            out.append(p.text.replace("{", "{{").replace("}", "}}") if p.kind is None else "{" + p.name + "}")
-        return "".join(out)
+        return template_text(self.pieces)
 
 
 @dataclass
