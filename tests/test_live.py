@@ -211,17 +211,23 @@ def test_run_a_server_that_exits_at_once(cli):
     )
 
 
-def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
-    # the "ready in N s" progress line went to stdout before the JSON document
+def _ready_server(tmp_path, seconds_up: int):
+    """A server script that becomes ready (vLLM's own lines) and stays up for a while."""
     script = tmp_path / "server.sh"
     script.write_text(
         "#!/bin/sh\n"
         "echo 'INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2'\n"
         "echo 'INFO:     Application startup complete.'\n"
         "echo 'INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)'\n"
-        "sleep 1\n"
+        f"sleep {seconds_up}\n"
     )
     script.chmod(0o755)
+    return script
+
+
+def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
+    # the "ready in N s" progress line went to stdout before the JSON document
+    script = _ready_server(tmp_path, 1)
     p = subprocess.run([*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT)
     doc = json.loads(p.stdout)  # nothing but the document
     assert doc["status"] == "ready"
@@ -229,15 +235,7 @@ def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
 
 
 def test_run_timeout_after_ready_is_a_stop_not_a_failure(cli, tmp_path):
-    script = tmp_path / "server.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        "echo 'INFO 03-01 10:00:00 [api_server.py:1] vLLM API server version 0.10.2'\n"
-        "echo 'INFO:     Application startup complete.'\n"
-        "echo 'INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)'\n"
-        "sleep 30\n"
-    )
-    script.chmod(0o755)
+    script = _ready_server(tmp_path, 30)
     p = subprocess.run(
         [*cli, "run", "--quiet", "--timeout", "2", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
     )
