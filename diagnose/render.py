@@ -172,9 +172,7 @@ def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> St
         if not show_all and len(others) > 6:
             out.add(f"    … {len(others) - 6} more (--all)", style="dim")
     if d.status == "incomplete" and d.last_phase:
-        from .triage import HANG_WAITS_ON
-
-        waits = HANG_WAITS_ON.get(d.last_phase)
+        waits = TAXONOMY.waits_on.get(d.last_phase)
         if waits:
             out.blank()
             out.add(

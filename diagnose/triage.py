@@ -184,10 +184,8 @@ def oom_phase(
         return "startup", None, f"right after the server became ready{ready_at}, before serving"
     from_marks = _phase_from_marks(rec.phase_at)
     if from_marks and rec.phase_at:
-        from .render import PHASE_LABEL
-
         where = _mark_line(result, rec.phase_at, at)
-        label = PHASE_LABEL.get(rec.phase_at, rec.phase_at)
+        label = TAXONOMY.phase_label.get(rec.phase_at, rec.phase_at)
         return from_marks, None, f"the startup timeline: during {label}{where}"
     st = stack_phase(_frames(rec), profiles, engine)
     if st:
