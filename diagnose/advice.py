@@ -96,7 +96,9 @@ class Context:
 
     def current(self, param: str) -> Any:
         """The value in force: launched with, said by the error, reported, else the default."""
-        return value_in_force(param, self.launch, self.profiles, self.engine, self.finding.facts, self.observed)
+        return value_in_force(
+            param, self.launch, self.profiles, self.engine, self.finding.facts, self.observed
+        )
 
 
 def weight_gib_at(shape: Any, tp: int) -> float:

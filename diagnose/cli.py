@@ -13,8 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .entry import run_guarded
-from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError
+from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded
 from .scan_command import load_kb, load_knowledge, run_scan
 
 app = typer.Typer(
@@ -210,7 +209,9 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
         elif verdict.kind == "stopped":
             console.print(Text("stopped at --timeout: the server had become ready", style="bold green"))
         print_styled(render_text(d), console)
-    if verdict.kind in ("ready", "stopped") or (verdict.kind == "ended" and d.status in ("ready", "incomplete")):
+    if verdict.kind in ("ready", "stopped") or (
+        verdict.kind == "ended" and d.status in ("ready", "incomplete")
+    ):
         return EXIT_OK
     return EXIT_FOUND
 
@@ -326,12 +327,24 @@ def run(
         if not json_out:
             print_styled(render_text(v.diagnosis), console)
             console.print(
-                Text(f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)", style="dim")
+                Text(
+                    f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)",
+                    style="dim",
+                )
             )
         said.append(v)
 
     verdict, child_rc, started = run_child(
-        cmd, session, console, log, stop_on_failure, timeout, json_out, echo=not quiet, on_verdict=say_now, grace=grace
+        cmd,
+        session,
+        console,
+        log,
+        stop_on_failure,
+        timeout,
+        json_out,
+        echo=not quiet,
+        on_verdict=say_now,
+        grace=grace,
     )
     if said and not json_out and verdict is said[0]:
         rc = EXIT_FOUND  # already printed in full
@@ -1179,11 +1192,17 @@ def _show_template(template_id: str) -> None:
     c = _console()
     c.print(Text(f"{t.id}  ({t.cls}, mined from {t.source}'s source)", style="bold"))
     c.print(Text(f"  message:  {t.text}"))
-    c.print(Text(f"  printed:  {t.level}{' ' + t.exc if t.exc else ''} in {t.module} {t.function or ''}".rstrip()))
+    c.print(
+        Text(f"  printed:  {t.level}{' ' + t.exc if t.exc else ''} in {t.module} {t.function or ''}".rstrip())
+    )
     c.print(Text(f"  versions: {t.versions}"))
     if t.phase:
         c.print(Text(f"  phase:    {t.phase} (the call tree its function belongs to)"))
-    c.print(Text(f"  class:    {t.cls} (rules/mined/classes.yaml row {t.row or '-'}); setting named: {t.param or '-'}"))
+    c.print(
+        Text(
+            f"  class:    {t.cls} (rules/mined/classes.yaml row {t.row or '-'}); setting named: {t.param or '-'}"
+        )
+    )
     c.print(Text(f"  pattern:  {t.pattern}"))
 
 
@@ -1287,7 +1306,7 @@ def rules_test(
     c = _console()
     failed = 0
     for r in know.rules.rules:
-        problem = check_examples(r)
+        problem = check_examples(r, know.profiles.layout)
         if problem:
             failed += 1
             c.print(Text(f"FAIL {r.id}: {problem[0]}: {problem[1]}", style="red"))

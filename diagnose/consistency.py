@@ -82,12 +82,21 @@ def check(
     if blocks == 0 or obs.get("kv_tokens") == 0:
         key = "gpu_blocks" if blocks == 0 else "kv_tokens"
         return [
-            _finding(result, source, key, "kv-capacity-zero", "No KV-cache block fits in the memory left",
-                     "the engine sized its KV cache at zero", {key: 0})
+            _finding(
+                result,
+                source,
+                key,
+                "kv-capacity-zero",
+                "No KV-cache block fits in the memory left",
+                "the engine sized its KV cache at zero",
+                {key: 0},
+            )
         ]
     max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
     if engine == "vllm" and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs:
-        block_size = int(value_in_force("block_size", launch, profiles, engine, observed=obs) or V0_BLOCK_SIZE)
+        block_size = int(
+            value_in_force("block_size", launch, profiles, engine, observed=obs) or V0_BLOCK_SIZE
+        )
         tokens = blocks * block_size
         if tokens < max_len:
             return [
@@ -119,7 +128,11 @@ def check(
                     "static-pool-empty",
                     "No memory left for SGLang's KV pool under --mem-fraction-static",
                     f"{after} GiB free after the weights is below (1 − {mfs}) × {start} GiB free at start",
-                    {"mem_fraction_static": mfs, "min_fraction": round(needed, 2), "free_after_weights_gib": after},
+                    {
+                        "mem_fraction_static": mfs,
+                        "min_fraction": round(needed, 2),
+                        "free_after_weights_gib": after,
+                    },
                 )
             ]
     return []

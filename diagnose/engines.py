@@ -11,10 +11,12 @@ import os
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
+from .layout import PREFIX_GROUPS, Layout
 from .model import OOM_PHASES, PHASES, Line
+from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
 from .records import field, record
-from .rules import builtin_rules_dir, compile_pattern, yaml_files
+from .shipped import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -109,6 +111,7 @@ class Profile:
     # memory: kv_budget (a KV_BUDGETS key), package (the Python distribution whose installed
     # version is the engine's), launch (the command's head, `{model}` for the model)
     memory: dict[str, str] = field(default_factory=dict)
+    prefixes: list[Any] = field(default_factory=list)  # the engine's line layouts (re.Pattern)
 
 
 @record
@@ -152,14 +155,21 @@ def _needles_of(raw: Any, path: str, label: str, allowed: set[str]) -> list[str]
 
 
 def _marker(
-    raw: Any, path: str, engine: str, what: str, i: int, trusted: bool = False, shipped: bool = False
+    raw: Any,
+    path: str,
+    engine: str,
+    what: str,
+    i: int,
+    layout: Layout,
+    trusted: bool = False,
+    shipped: bool = False,
 ) -> Marker:
     label = f"{engine}.{what}[{i}]"
     needles = _needles_of(raw, path, label, MARKER_KEYS)
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise RuleError(path, label, "pattern", "missing")
-    compiled = compile_pattern(pattern, path, label, trusted, shipped)
+    compiled = compile_checked(pattern, path, label, trusted, shipped)
     examples = raw.get("examples")
     if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
         raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
@@ -184,12 +194,10 @@ def _marker(
         path=path,
         shipped=shipped,
     )
-    from .lines import make_line
-
     if trusted:
         return m
     for e in m.examples:
-        line = make_line("example", 1, e.encode())
+        line = layout.line("example", 1, e.encode())
         if not any(n in line.text for n in m.needles) or not m.search(m.target(line)):
             raise RuleError(path, label, "examples", f"pattern does not match its example: {e[:100]!r}")
     if what == "version" and compiled is not None and "version" not in compiled.groupindex:
@@ -197,14 +205,12 @@ def _marker(
     return m
 
 
-def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> None:
-    """Compile and register the profile's line prefixes (anchored, one layer each)."""
+def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
+    """The profile's line prefixes, compiled (anchored, one layer each)."""
     import re
 
-    from .lines import PREFIX_GROUPS, set_engine_prefixes
-
     if raw is None:
-        return
+        return []
     if not isinstance(raw, list):
         raise RuleError(path, engine, "prefixes", "must be a list of {pattern, examples}")
     out = []
@@ -235,7 +241,7 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> None:
                         path, label, "examples", f"pattern does not match the start of {e[:80]!r}"
                     )
         out.append(pat)
-    set_engine_prefixes(engine, out)
+    return out
 
 
 def _advice_table(raw: Any, path: str, engine: str) -> dict[str, list[dict[str, Any]]]:
@@ -285,14 +291,15 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
         raise RuleError(path, None, "engine", "missing")
     prof = Profile(engine=engine, title=str(data.get("title") or engine), path=path)
     # the engine's line layouts first: its markers' examples are split with them
-    _prefixes(data.get("prefixes"), path, engine, trusted)
+    prof.prefixes = _prefixes(data.get("prefixes"), path, engine, trusted)
+    own_layout = Layout(prof.prefixes)
     for what in ("detect", "variants", "version", "phases", "launch", "observe"):
         items = data.get(what) or []
         if not isinstance(items, list):
             raise RuleError(path, engine, what, "must be a list")
         for i, raw in enumerate(items):
             try:
-                prof.markers.append(_marker(raw, path, engine, what, i, trusted, shipped))
+                prof.markers.append(_marker(raw, path, engine, what, i, own_layout, trusted, shipped))
             except RuleError as e:
                 # one broken marker is reported and skipped; the rest of the profile still works
                 prof.problems.append(str(e))
@@ -368,7 +375,7 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
             raise RuleError(path, label, where, "needs a pattern")
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
             raise RuleError(path, label, where, "scale must be a positive number")
-        compiled = compile_pattern(pattern, path, label, trusted, shipped)
+        compiled = compile_checked(pattern, path, label, trusted, shipped)
         if compiled is not None and compiled.groups != 1:
             raise RuleError(path, label, where, "the pattern needs exactly one group (the number)")
         specs[str(name)] = (pattern, float(scale))
@@ -392,6 +399,7 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
 class Profiles:
     by_engine: dict[str, Profile]
     problems: list[str]
+    layout: Layout  # every engine's line layouts (sorted by engine), for the scans to copy
 
     @property
     def markers(self) -> list[Marker]:
@@ -430,7 +438,8 @@ def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
     cache.save()
     if "generic" not in out:
         out["generic"] = Profile(engine="generic", title="generic", path="")
-    return Profiles(out, problems)
+    layout = Layout([p for e in sorted(out) for p in out[e].prefixes])
+    return Profiles(out, problems, layout)
 
 
 def flag_for(profiles: Profiles, engine: str, param: str) -> str:

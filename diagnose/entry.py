@@ -7,38 +7,13 @@ the typer app in `cli`.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 
-from .errors import EXIT_USAGE, InputError, say_error
+from .errors import run_guarded
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import NoReturn
-
-
-def run_guarded(command: Callable[[], int]) -> NoReturn:
-    """Run, exit with its code; user errors are one line and exit 2, never a traceback."""
-    try:
-        rc = command()
-    except InputError as e:
-        say_error(str(e))
-        rc = EXIT_USAGE
-    except KeyboardInterrupt:
-        print("diagnose: interrupted", file=sys.stderr)
-        rc = 130
-    except BrokenPipeError:
-        # the reader went away (| head): not an error worth a traceback
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        rc = 0
-    except Exception as e:
-        if os.environ.get("DIAGNOSE_DEBUG"):
-            raise
-        say_error(f"internal error: {type(e).__name__}: {e} (set DIAGNOSE_DEBUG=1 for the traceback)")
-        rc = EXIT_USAGE
-    sys.exit(rc)
 
 
 def main() -> NoReturn:

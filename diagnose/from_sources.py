@@ -83,7 +83,9 @@ def apply_template(f: Finding, m: Match) -> str:
     return m.cls
 
 
-_EXC_PREFIX = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception))(?:\([^)]*\))?:\s*(?P<msg>.*)")
+_EXC_PREFIX = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<exc>[A-Z]\w*(?:Error|Exception))(?:\([^)]*\))?:\s*(?P<msg>.*)"
+)
 
 
 def apply_class_table(f: Finding, raised: list[tuple[Line, str]], engine: str) -> str | None:

@@ -23,7 +23,7 @@ from .errors import InputError
 from .model import CLASSES, Diagnosis
 from .records import field, record
 from .redact import redact_tree  # one list for every output and the store
-from .rules import builtin_rules_dir, yaml_files
+from .shipped import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:

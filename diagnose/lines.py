@@ -10,10 +10,9 @@ import os
 import re
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .errors import InputError
-from .model import Line
 from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -340,241 +339,15 @@ def unwrap_json(text: str) -> str | None:
     return f"{head} {msg}" if head else msg
 
 
-# --- prefix splitting -----------------------------------------------------------------
-
-_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
-_LEVEL_NORMAL = {
-    "WARN": "WARNING",
-    "FATAL": "CRITICAL",
-    "E": "ERROR",
-    "W": "WARNING",
-    "I": "INFO",
-    "F": "CRITICAL",
-    "TRACE": "DEBUG",
-    "D": "DEBUG",
-    "T": "DEBUG",
-    "V": "DEBUG",
-}
-
-# Each prefix pattern is anchored and consumes one layer; the splitter loops over them so
-# stacked prefixes (docker timestamp + process + level) come off in any order. The layers
-# every engine's logs can carry are here; each engine's own line layout is data, in its
-# profile's `prefixes` (rules/engines/*.yaml), registered between the two lists when the
-# profiles load. Named groups: ts, level (a word) or lv1 (a letter), pid, proc, rank, loc,
-# tags (a process tag whose number is the rank), spans (tracing spans, rank=N at their end).
-_HEAD: list[re.Pattern[str]] = [
-    # k9s / box-drawing borders, markdown quotes, CI pipes
-    re.compile(r"(?P<wrap>[│┃|]\s|>\s?|\s+\|\s)"),
-    # docker compose: "vllm  | " (service name, not a level word)
-    re.compile(r"(?P<wrap>(?!" + _LEVELS + r"\b)[A-Za-z0-9][\w.-]*(?:-\d+)?\s+\|\s)"),
-    # kubectl logs --prefix: "[pod/vllm-7d9f8c-abcde/vllm] "
-    re.compile(r"(?P<wrap>\[pod/[^\]/\s]+/[^\]\s]+\]\s)"),
-    # cat -n / nl: the line number and a tab
-    re.compile(r"(?P<wrap>\s*\d+\t)"),
-    # Ray core: [2025-05-26 18:58:10,599 E 629624 629624] logging.cc:496:
-    re.compile(
-        r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}[.,]\d+) (?P<lv1>[IWEF]) (?P<pid>\d+) \d+\]\s+"
-        r"(?P<loc>[\w./-]+:\d+):\s?"
-    ),
-]
-# after the engines' own layouts: a bracketed engine stamp ("[2025-01-23 19:35:20 TP0]") is
-# the engine's, not a bare timestamp
-_MID: list[re.Pattern[str]] = [
-    # (journald first: its short-iso form starts with the same time as a bare RFC 3339 stamp)
-    # journald: "Feb 03 10:11:12 host ollama[1234]: ", and -o short-iso's ISO time
-    re.compile(
-        r"(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}|(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?))"
-        r" \S+ (?P<proc>[\w.@-]+)\[(?P<pid>\d+)\]:\s"
-    ),
-    # Kubernetes CRI log files (containerd, CRI-O: /var/log/containers/*.log): time, stream, P/F
-    re.compile(
-        r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [PF] "
-    ),
-    # RFC 3339 / ISO 8601 in front (docker --timestamps, kubectl, TGI, buildkite in brackets, LMDeploy's " - ")
-    re.compile(
-        r"\[?(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?"
-        r"(?:\s+-\s+|\s*\|\s*|\s+)"
-    ),
-]
-_TAIL: list[re.Pattern[str]] = [
-    # a process in parentheses: (VllmWorker rank=3 pid=1090) (EngineCore_0 pid=5839), Ray's (pid=12, ip=…)
-    re.compile(r"\((?P<proc>[A-Za-z_][^()]*?)?,?\s?pid=(?P<pid>\d+)(?:,\s*ip=[^)]*)?\)\s?"),
-    # torch distributed: [rank0]:
-    re.compile(r"\[rank(?P<rank>\d+)\]:\s?"),
-    # glog (torch C++, Ray, Mooncake): W0803 21:48:43.773000 6890 torch/_inductor/utils.py:1731]
-    re.compile(r"(?P<lv1>[IWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+(?P<pid>\d+)\s+(?P<loc>[^\]\s]+:\d+)\]\s?"),
-    # uvicorn: "INFO:     " ; loguru / logging: "INFO | ", "| INFO     | ", "- ERROR - "
-    re.compile(r"(?P<level>" + _LEVELS + r"):\s+"),
-    re.compile(
-        r"(?:[\w.]+\s+-\s+)?(?P<level>" + _LEVELS + r")\s*(?:\||-)\s+"
-        r"(?:\[pid=\d+ ppid=\d+\] - )?(?:(?P<loc>[\w./-]+\.py:\d+) - )?"
-    ),
-    # Python logging after a timestamp: "INFO worker.py:1888 -- " (Ray) or bare "ERROR "
-    re.compile(r"(?P<level>" + _LEVELS + r")\s+(?:(?P<loc>[\w./-]+\.py:\d+)\s+--\s+)?"),
-]
-_BARE_LEVEL = _TAIL[-1]  # a bare level word: a prefix only when something else told us it is one
-PREFIX_GROUPS = frozenset(
-    {"ts", "level", "lv1", "pid", "proc", "rank", "loc", "loc2", "tags", "spans", "wrap"}
-)
-_ENGINE_PREFIXES: dict[str, list[re.Pattern[str]]] = {}
-_PREFIXES: list[re.Pattern[str]] = _HEAD + _MID + _TAIL
-_ENGINES_LOADED = False
-_LOADING = False
-
-
-def set_engine_prefixes(engine: str, patterns: list[re.Pattern[str]]) -> None:
-    """An engine profile's line layouts (rules/engines/*.yaml `prefixes`), tried between the
-    layers every log can carry and the generic level words."""
-    global _PREFIXES, _ENGINES_LOADED
-    _ENGINE_PREFIXES[engine] = patterns
-    _PREFIXES = _HEAD + [p for e in sorted(_ENGINE_PREFIXES) for p in _ENGINE_PREFIXES[e]] + _MID + _TAIL
-    _ENGINES_LOADED = True
-
-
-def _load_engine_prefixes() -> None:
-    """Lines split before any Knowledge was loaded (tools, tests): the shipped profiles' layouts."""
-    global _LOADING
-    if _LOADING:
-        return
-    _LOADING = True
-    try:
-        from .engines import load_profiles
-
-        load_profiles()
-    finally:
-        _LOADING = False
-
-
-_RANK_IN_PROC = re.compile(r"(?:rank=|TP|_TP|Worker_TP|rank)(\d+)")
-_TGI_RANK = re.compile(r"\srank=(\d+)\s*$")
-_SGLANG_TP = re.compile(r"TP(\d+)")
-
-
-def split_prefixes(line: Line) -> Line:
-    """Fill level/timestamp/process/rank/location/message from line.text."""
-    if not _ENGINES_LOADED:
-        _load_engine_prefixes()
-    s = line.text
-    if s.startswith(("│", "┃")):
-        s = s.rstrip()
-        if s.endswith(("│", "┃")):
-            s = s[:-1].rstrip()
-    learned = _LEARNED.get(line.source)
-    if learned and s.startswith(learned):
-        s = s[len(learned) :]  # a wrapper this source's other lines showed (below)
-    rest = _peel(line, s)
-    if rest is s and s and not s[0].isspace():
-        # no layer known at the start: a wrapper we do not know (a custom logger, `kubectl
-        # logs --prefix`, `cat -n`) may sit in front of a layout we do; take it only when
-        # what follows reads as a whole engine prefix (a level and a time or a process)
-        for m in _LAYOUT_START.finditer(s, 1, min(len(s), 160)):
-            if s[m.start() - 1] not in _WRAPPER_ENDS:
-                continue
-            trial = Line(source=line.source, number=line.number, text=line.text)
-            after = _peel(trial, s[m.start() :])
-            if trial.level and (trial.timestamp or trial.process):
-                for k in ("level", "timestamp", "pid", "process", "rank", "location"):
-                    setattr(line, k, getattr(trial, k))
-                rest = after
-                if len(_LEARNED) < 64:
-                    # the same text in front of this source's other lines (tracebacks, bare
-                    # messages) is that wrapper too
-                    _LEARNED[line.source] = s[: m.start()]
-                break
-    line.message = rest
-    return line
-
-
-# where an engine's layout may begin after an unknown wrapper: a process tag, a bracketed or
-# ISO date, a level word; the character before it must end a wrapper
-_LAYOUT_START = re.compile(
-    r"\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
-)
-_WRAPPER_ENDS = frozenset(" \t]|:>")
-_LEARNED: dict[str, str] = {}  # source -> an unknown wrapper peeled from its lines
-
-
-def forget_wrappers() -> None:
-    """A new scan learns its sources' wrappers afresh (a path read before may hold another log)."""
-    _LEARNED.clear()
-
-
-def _peel(line: Line, s: str) -> str:
-    """Peel the known prefix layers off s into the line's fields; the rest (s itself when
-    none matched)."""
-    level_seen = False
-    for _ in range(10):
-        for pat in _PREFIXES:
-            m = pat.match(s)
-            if not m or m.end() == 0:
-                continue
-            g = m.groupdict()
-            # A bare level word is only a prefix when nothing else told us the level.
-            if pat is _BARE_LEVEL and (level_seen or not (line.timestamp or line.process)):
-                continue
-            lv = g.get("level") or g.get("lv1")
-            if lv:
-                if not line.level:
-                    line.level = _LEVEL_NORMAL.get(lv, lv)
-                level_seen = True
-            ts = g.get("ts")
-            if ts and not line.timestamp:
-                line.timestamp = ts
-            proc = g.get("proc")
-            if g.get("pid"):  # the innermost layer's: the engine's own process, not a wrapper's
-                line.pid = int(g["pid"])
-                if proc:
-                    line.process = proc.strip().rstrip(",")
-                    r = _RANK_IN_PROC.search(proc)
-                    if r and line.rank is None:
-                        line.rank = int(r.group(1))
-            tags = g.get("tags")
-            if tags:
-                line.process = tags.strip()
-                r = _SGLANG_TP.search(tags)
-                if r and line.rank is None:
-                    line.rank = int(r.group(1))
-            if g.get("rank") and line.rank is None:
-                line.rank = int(g["rank"])
-            loc = g.get("loc") or g.get("loc2")
-            if loc and not line.location:
-                line.location = loc
-            if g.get("spans"):
-                r = _TGI_RANK.search(s)
-                if r and line.rank is None:
-                    line.rank = int(r.group(1))
-            s = s[m.end() :]
-            break
-        else:
-            break
-    return s
-
-
-def make_line(source: str, number: int, raw: bytes) -> Line:
-    text, truncated = decode(raw)
-    line = Line(source=source, number=number, text=text, truncated=truncated)
-    return split_prefixes(line)
-
-
-def iter_lines(source: Source) -> Iterator[Line]:
-    """Every line of a source, decoded and split (for tools that need them all)."""
-    number = 0
-    for block in read_blocks(source):
-        if block.endswith(b"\n"):
-            block = block[:-1]
-        for raw in block.split(b"\n"):
-            number += 1
-            yield make_line(source.name, number, raw)
-
-
-def interleaved_blocks(sources: list[Source]) -> Iterator[tuple[str, bytes]]:
+def interleaved_blocks(
+    sources: list[Source], clock: Callable[[str, bytes], float | None]
+) -> Iterator[tuple[str, bytes]]:
     """The lines of several logs of one run (nodes, ranks) in the order their timestamps
     give, as (source name, run of consecutive lines from it). A line without its own time
     keeps its place after the line before it in its file; a file whose lines carry no time
-    at all comes after the others. Streams: one pending line per file is held."""
+    at all comes after the others. Streams: one pending line per file is held. `clock` reads
+    a line's time (source name, its first bytes) as seconds, None when it prints none."""
     import heapq
-
-    from .triage import seconds  # the log clock (only a merged scan needs it)
 
     def lines_of(i: int, src: Source) -> Iterator[tuple[float, int, int, bytes]]:
         last = float("inf")
@@ -582,8 +355,7 @@ def interleaved_blocks(sources: list[Source]) -> Iterator[tuple[str, bytes]]:
         for block in read_blocks(src):
             for raw in block.splitlines(keepends=True):
                 n += 1
-                ts = make_line(src.name, n, raw[:300].rstrip(b"\r\n")).timestamp
-                t = seconds(ts)
+                t = clock(src.name, raw[:300].rstrip(b"\r\n"))
                 if t is not None:
                     last = t
                 yield (last, i, n, raw if raw.endswith(b"\n") else raw + b"\n")

@@ -21,7 +21,6 @@ from rich.table import Table
 from rich.text import Text
 
 from .device import DeviceSnapshot
-from .lines import make_line
 from .matcher import Scanner
 from .model import PHASE_INDEX, Diagnosis, Finding
 from .pipeline import Knowledge, diagnose
@@ -90,7 +89,7 @@ class LiveSession:
                 self.progress_at = now
         tail = block.rstrip(b"\n").rsplit(b"\n", 1)[-1]
         if tail.strip():
-            text = make_line(self.source, self.lines, tail).message.strip()
+            text = self.scanner.layout.line(self.source, self.lines, tail).message.strip()
             if text:
                 self.last_line = text[:200]
 

@@ -14,7 +14,6 @@ from itertools import pairwise
 from .engines import Marker, Profiles
 from .facts import typed_facts
 from .launch import canonical_launch, parse_repr
-from .lines import forget_wrappers, make_line
 from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
 from .records import field, record
@@ -181,7 +180,7 @@ class Scanner:
         self.source = "-"
         self.lineno = 0
         self._linenos: dict[str, int] = {}
-        forget_wrappers()
+        self.layout = profiles.layout.fresh()  # the wrappers this scan learns are its own
         # a log pasted as a markdown code block: every line indented the same (per source)
         self._indents: dict[str, bytes] = {}
         self._indent = b""
@@ -246,7 +245,7 @@ class Scanner:
             start = block.rfind(b"\n", 0, end - 1) + 1
             raw = block[start:end].rstrip(b"\n")
             if raw:
-                ts = make_line(self.source, 0, raw[:300]).timestamp
+                ts = self.layout.line(self.source, 0, raw[:300]).timestamp
                 if ts:
                     return ts
             end = start
@@ -407,7 +406,7 @@ class Scanner:
     def _process(self, raw: bytes, found: set[str]) -> None:
         if self._indent and raw.startswith(self._indent):
             raw = raw[len(self._indent) :]
-        line = make_line(self.source, self.lineno, raw)
+        line = self.layout.line(self.source, self.lineno, raw)
         if line.timestamp:
             self.last_time = line.timestamp
         if self._collect is not None:
@@ -771,7 +770,7 @@ class Scanner:
     def apply_observed(self) -> None:
         """Read the stats lines kept as bytes (only the latest of each kind matters)."""
         for (number, raw), found in sorted((v, k) for k, v in self._latest_observed.items()):
-            line = make_line(self.source, number, raw)
+            line = self.layout.line(self.source, number, raw)
             for needle in found:
                 for mk in self._by_needle[needle]:
                     m = mk.search(mk.target(line)) if id(mk) not in self._retired else None

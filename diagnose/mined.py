@@ -102,7 +102,9 @@ class ClassTable:
         self._params_src: dict[str, str] = dict(data.get("params") or {})
         self._params: list[tuple[str, re.Pattern[str]]] | None = None
         self.overrides: dict[str, dict[str, Any]] = {o["template"]: o for o in data.get("overrides") or []}
-        self.module_phases: list[tuple[str, str]] = [(m["module"], m["phase"]) for m in data.get("module_phases") or []]
+        self.module_phases: list[tuple[str, str]] = [
+            (m["module"], m["phase"]) for m in data.get("module_phases") or []
+        ]
         self._compiled: dict[tuple[int, str], re.Pattern[str]] = {}
         if validate:  # a changed file: every pattern now; a cached one compiles what it uses
             for row in self.rows:
@@ -115,7 +117,9 @@ class ClassTable:
     def params(self) -> list[tuple[str, re.Pattern[str]]]:
         if self._params is None:
             try:
-                self._params = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in self._params_src.items()]
+                self._params = [
+                    (name, re.compile(rx, re.IGNORECASE)) for name, rx in self._params_src.items()
+                ]
             except re.error as e:
                 raise ValueError(f"{self.path}: params: {e}") from e
         return self._params
@@ -383,7 +387,15 @@ class MinedKnowledge:
         if self.table is None:
             return None
         t = Template(
-            {"id": "", "text": text, "pattern": "", "literal": "", "level": "raise", "exc": exc, "module": module},
+            {
+                "id": "",
+                "text": text,
+                "pattern": "",
+                "literal": "",
+                "level": "raise",
+                "exc": exc,
+                "module": module,
+            },
             engine,
             engine,
         )

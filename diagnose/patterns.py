@@ -105,3 +105,16 @@ def _timed(pattern: str) -> TimedPattern:
 def compile_pattern(pattern: str, shipped: bool) -> ShippedPattern | TimedPattern:
     """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not compile."""
     return ShippedPattern(pattern) if shipped else _timed(pattern)
+
+
+def compile_checked(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
+    """The compiled pattern of a rule or marker, or None when a validated file lets it compile on
+    first use; a pattern that does not compile is a RuleError naming the file, id and field."""
+    from .errors import RuleError
+
+    if trusted:
+        return None
+    try:
+        return compile_pattern(pattern, shipped)
+    except PatternError as e:
+        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None

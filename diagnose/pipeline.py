@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from . import consistency
 from .advice import advise, advise_incomplete
+from .clock import seconds
 from .engines import Profiles, load_profiles
 from .errors import InputError
 from .lines import Source, interleaved_blocks, read_blocks, resolve_sources
@@ -35,7 +36,7 @@ class Knowledge:
     @classmethod
     def load(cls, extra_dirs: list[str] | None = None) -> Knowledge:
         profiles = load_profiles(extra_dirs)
-        rules = load_rules(extra_dirs, known_engines=set(profiles.by_engine))
+        rules = load_rules(extra_dirs, known_engines=set(profiles.by_engine), layout=profiles.layout)
         if not rules.rules:
             raise InputError(
                 "no usable rules: " + ("; ".join(rules.problems) or "the rules directory is empty")
@@ -63,7 +64,12 @@ def scan_sources(
     line by line in the order of their timestamps."""
     scanner = Scanner(know.rules, know.profiles, engine=engine, keep_rule_lines=keep_rule_lines)
     if interleave:
-        for name, block in interleaved_blocks(list(sources)):
+        layout = know.profiles.layout.fresh()
+
+        def clock(name: str, head: bytes) -> float | None:
+            return seconds(layout.line(name, 0, head).timestamp)
+
+        for name, block in interleaved_blocks(list(sources), clock):
             scanner.set_source(name)
             scanner.feed(block)
         return scanner.finish()
@@ -126,7 +132,8 @@ def diagnose(
     if primary is not None and rule is None and primary.confidence in ("medium", "low"):
         # a mined template's (or the class table's) finding: its class's vocabulary carries the changes
         rule = next(
-            (r for r in know.rules.rules if r.layer == "vocabulary" and r.cls == primary.cls and r.advice), None
+            (r for r in know.rules.rules if r.layer == "vocabulary" and r.cls == primary.cls and r.advice),
+            None,
         )
     advice = advise(
         primary,
@@ -175,7 +182,7 @@ def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving |
     if not result.series:
         return None
     markers = sorted(profiles.series, key=lambda m: m.engine != engine)
-    points = read_points(result.series, markers, since_line=result.run_start_line)
+    points = read_points(result.series, markers, profiles.layout, since_line=result.run_start_line)
     cap = result.launch.get("max_num_seqs") or result.observed.get("max_num_seqs")
     try:
         max_num_seqs = int(cap) if cap is not None else None

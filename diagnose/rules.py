@@ -10,14 +10,16 @@ from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
 from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .params import TEMPLATE_RE, param_problem
-from .patterns import PatternError
+from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
 from .records import field, record
-from .shipped import builtin_rules_dir
+from .shipped import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
+
+    from .layout import Layout
 
 RULE_KEYS = {
     "id": "required",
@@ -95,16 +97,6 @@ def check_engines(engines: list[str], path: str, label: str, known: set[str] | N
         raise RuleError(path, label, "engines", f"unknown engine {bad[0]!r} (allowed: {allowed})")
 
 
-def compile_pattern(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
-    """The compiled pattern, or None when a validated file lets it compile on first use."""
-    if trusted:
-        return None
-    try:
-        return _compile(pattern, shipped)
-    except PatternError as e:
-        raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
-
-
 def parse_rule(
     raw: Any,
     path: str,
@@ -112,8 +104,10 @@ def parse_rule(
     trusted: bool = False,
     shipped: bool = False,
     known_engines: set[str] | None = None,
+    layout: Layout | None = None,
 ) -> Rule:
-    """Validate one rule mapping. Raises RuleError naming file, rule id and field."""
+    """Validate one rule mapping. Raises RuleError naming file, rule id and field. Its
+    examples are split with `layout` (every engine profile's line layouts when None)."""
     if trusted and isinstance(raw, dict):
         # validated when it was cached (same path, size and mtime): only the engines, which
         # come from other files, are checked again
@@ -160,7 +154,7 @@ def parse_rule(
     )
     pattern = raw["pattern"]
     _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
-    compiled = compile_pattern(pattern, path, label, trusted, shipped)
+    compiled = compile_checked(pattern, path, label, trusted, shipped)
     title = raw["title"]
     _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
     ex = raw["examples"]
@@ -205,7 +199,7 @@ def parse_rule(
     _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
     rule = _rule_from(raw, path, cls, compiled, shipped)
     if not trusted:
-        problem = check_examples(rule)
+        problem = check_examples(rule, layout or shipped_layout())
         if problem:
             raise RuleError(path, label, problem[0], problem[1])
     return rule
@@ -235,23 +229,28 @@ def _rule_from(raw: dict[str, Any], path: str, cls: Any, compiled: Any, shipped:
     )
 
 
-def rule_matches_text(rule: Rule, text: str) -> Any:
-    """Would the scanner report this rule on this raw log line? (prefilter + pattern)"""
-    from .lines import make_line
+def shipped_layout() -> Layout:
+    """The line layouts of every shipped engine profile (for rules checked without a scan's)."""
+    from .engines import load_profiles
 
-    line = make_line("example", 1, text.encode("utf-8"))
+    return load_profiles().layout
+
+
+def rule_matches_text(rule: Rule, text: str, layout: Layout) -> Any:
+    """Would the scanner report this rule on this raw log line? (prefilter + pattern)"""
+    line = layout.line("example", 1, text.encode("utf-8"))
     if not any(n in line.text for n in rule.needles):
         return None
     return rule.search(line.message if rule.scope == "message" else line.text)
 
 
-def check_examples(rule: Rule) -> tuple[str, str] | None:
+def check_examples(rule: Rule, layout: Layout) -> tuple[str, str] | None:
     """A rule must match each of its match examples and none of its no_match ones."""
     for e in rule.examples_match:
-        if not rule_matches_text(rule, e):
+        if not rule_matches_text(rule, e, layout):
             return "examples.match", f"pattern does not match its example: {e[:120]!r}"
     for e in rule.examples_no_match:
-        if rule_matches_text(rule, e):
+        if rule_matches_text(rule, e, layout):
             return "examples.no_match", f"pattern matches its no_match example: {e[:120]!r}"
     return None
 
@@ -268,18 +267,11 @@ class RuleSet:
         return None
 
 
-def yaml_files(directory: str) -> list[str]:
-    """The directory's YAML files (*.yaml, *.yml; hidden ones skipped, as a shell glob does), sorted."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    paths = (os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
-    return sorted(p for p in paths if os.path.isfile(p))
-
-
 def load_rules(
-    extra_dirs: list[str] | None = None, include_builtin: bool = True, known_engines: set[str] | None = None
+    extra_dirs: list[str] | None = None,
+    include_builtin: bool = True,
+    known_engines: set[str] | None = None,
+    layout: Layout | None = None,
 ) -> RuleSet:
     """Load every rule file; a broken rule is reported and skipped, the rest still used.
 
@@ -318,7 +310,7 @@ def load_rules(
             clean = True
             for i, raw in enumerate(data):
                 try:
-                    rule = parse_rule(raw, path, i, trusted, d == builtin, known_engines)
+                    rule = parse_rule(raw, path, i, trusted, d == builtin, known_engines, layout)
                 except (RuleError, UnicodeDecodeError) as e:
                     problems.append(str(e))
                     clean = False

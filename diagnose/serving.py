@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import re
 
-from .lines import make_line
+from .clock import seconds
 from .records import field, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
+
+    from .layout import Layout
 
 SAMPLE_MAX = 600  # points kept per scan: flat memory on a week of stats lines
 LINE_MAX = 2000  # bytes kept of one stats line
@@ -139,15 +141,18 @@ def _round(v: float) -> float | int:
     return int(v) if v == int(v) else round(v, 4)
 
 
-def read_points(raw: list[tuple[str, int, bytes]], markers: list[Any], since_line: int = 0) -> list[Point]:
+def read_points(
+    raw: list[tuple[str, int, bytes]], markers: list[Any], layout: Layout, since_line: int = 0
+) -> list[Point]:
     """The sampled stats lines read with the engine's markers (the first whose needle is in the
     line reads it: vLLM's and LMDeploy's lines share a wording). Lines of an earlier run of the
     server are left out."""
+    layout = layout.fresh()
     out: list[Point] = []
     for source, number, data in raw:
         if number < since_line:
             continue
-        line = make_line(source, number, data)
+        line = layout.line(source, number, data)
         text = line.message
         for mk in markers:
             if any(n in text for n in mk.needles):
@@ -328,8 +333,6 @@ def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving |
 
 def _persists(points: list[Point]) -> bool:
     """Whether a condition lasted: KV_PERSIST_S of the log's time, or KV_PERSIST_POINTS lines."""
-    from .triage import seconds
-
     t0, t1 = seconds(points[0].time), seconds(points[-1].time) if points else None
     if t0 is not None and t1 is not None:
         return t1 - t0 >= KV_PERSIST_S

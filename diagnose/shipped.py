@@ -1,4 +1,5 @@
-"""Where the data shipped with the tool lies (rules, profiles, incidents, mined knowledge)."""
+"""Where the data shipped with the tool lies (rules, profiles, incidents, mined knowledge),
+and which files of a data directory are read."""
 
 from __future__ import annotations
 
@@ -10,3 +11,13 @@ def builtin_rules_dir() -> str:
     here = os.path.dirname(os.path.realpath(__file__))
     packaged = os.path.join(here, "rules")
     return packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(here), "rules")
+
+
+def yaml_files(directory: str) -> list[str]:
+    """The directory's YAML files (*.yaml, *.yml; hidden ones skipped, as a shell glob does), sorted."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    paths = (os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
+    return sorted(p for p in paths if os.path.isfile(p))

@@ -43,7 +43,13 @@ def _entries(data: dict[str, Any], key: str, path: str, needed: tuple[str, ...])
     _need(isinstance(raw, list) and bool(raw), path, None, key, f"a list of {key}")
     out: dict[str, dict[str, Any]] = {}
     for e in raw:
-        _need(isinstance(e, dict) and isinstance(e.get("id"), str), path, None, f"{key}[].id", "every entry needs an id")
+        _need(
+            isinstance(e, dict) and isinstance(e.get("id"), str),
+            path,
+            None,
+            f"{key}[].id",
+            "every entry needs an id",
+        )
         _need(e["id"] not in out, path, e["id"], "id", "appears twice")
         out[e["id"]] = e
     for ident in needed:
@@ -60,21 +66,42 @@ def parse(data: Any, path: str) -> Taxonomy:
     """The taxonomy from the file's data, every field checked."""
     _need(isinstance(data, dict), path, None, "(file)", "must be a mapping")
     layers = data.get("layers")
-    _need(isinstance(layers, list) and all(isinstance(x, str) for x in layers), path, None, "layers", "a list of names")
+    _need(
+        isinstance(layers, list) and all(isinstance(x, str) for x in layers),
+        path,
+        None,
+        "layers",
+        "a list of names",
+    )
     classes = _entries(data, "classes", path, ("unknown_error", "stop"))
     for cid, c in classes.items():
         _need(c.get("layer") in layers, path, cid, "layer", f"must be one of {', '.join(layers)}")
     verify = {cid: _text(c, "verify", path, "the check a change worked") for cid, c in classes.items()}
-    phases = _entries(data, "phases", path, ("start", "args", "distributed_init", "load_weights", "weights_loaded", "ready", "serving"))
+    phases = _entries(
+        data,
+        "phases",
+        path,
+        ("start", "args", "distributed_init", "load_weights", "weights_loaded", "ready", "serving"),
+    )
     label = {pid: _text(p, "label", path, "how people read it") for pid, p in phases.items()}
     waiting = {pid: p for pid, p in phases.items() if pid not in ("ready", "serving")}  # nothing waits there
     for pid, p in waiting.items():
-        _need(isinstance(p.get("hang_budget_s"), int) and p["hang_budget_s"] > 0, path, pid, "hang_budget_s",
-              "seconds before a finished log stuck here is a hang")
+        _need(
+            isinstance(p.get("hang_budget_s"), int) and p["hang_budget_s"] > 0,
+            path,
+            pid,
+            "hang_budget_s",
+            "seconds before a finished log stuck here is a hang",
+        )
     waits = {pid: _text(p, "waits_on", path, "what the phase usually waits on") for pid, p in waiting.items()}
     oom = data.get("oom_phases")
-    _need(isinstance(oom, list) and set(oom) == {"load", "startup", "runtime"}, path, None, "oom_phases",
-          "load, startup and runtime")
+    _need(
+        isinstance(oom, list) and set(oom) == {"load", "startup", "runtime"},
+        path,
+        None,
+        "oom_phases",
+        "load, startup and runtime",
+    )
     return Taxonomy(
         layers,
         {cid: c["layer"] for cid, c in classes.items()},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from . import from_sources
+from .clock import seconds
 from .engines import Profiles
 from .matcher import RecordedHit, ScanResult
 from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
@@ -28,49 +29,6 @@ RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM ev
 HANG_BUDGET_S = TAXONOMY.hang_budget_s
 HANG_WAITS_ON = TAXONOMY.waits_on
 
-_TS_PATTERNS = [
-    (re.compile(r"^(\d{4})[-/](\d{2})[-/](\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"), "ymd"),
-    (re.compile(r"^(\d{2})/(\d{2})/(\d{4})-(\d{2}):(\d{2}):(\d{2})()"), "mdy"),
-    (re.compile(r"^(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"), "md"),
-    (re.compile(r"^(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$"), "hms"),
-]
-
-
-def seconds(ts: str | None) -> float | None:
-    """A log timestamp as seconds on one axis (year 2000 when the log prints none)."""
-    if not ts:
-        return None
-    for pat, kind in _TS_PATTERNS:
-        m = pat.match(ts)
-        if not m:
-            continue
-        g = [int(x) if x and i < len(m.groups()) - 1 else x for i, x in enumerate(m.groups())]
-        if kind == "ymd":
-            return _civil_seconds(g[0], g[1], g[2], g[3], g[4], g[5])
-        if kind == "mdy":
-            return _civil_seconds(g[2], g[0], g[1], g[3], g[4], g[5])
-        if kind == "md":
-            return _civil_seconds(2000, g[0], g[1], g[2], g[3], g[4])
-        return g[0] * 3600 + g[1] * 60 + g[2]
-    return None
-
-
-_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-
-def _civil_seconds(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
-    """Seconds since 1970 of a calendar time (one axis for the log's clock; no time zone, no
-    `datetime` import on the scan path); None for a date no calendar has."""
-    if not (1 <= mo <= 12 and 1 <= d <= _MONTH_DAYS[mo - 1] and h < 24 and mi < 60 and s < 61):
-        return None
-    y -= mo <= 2  # days from civil (H. Hinnant): March-based years
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    days = era * 146097 + doe - 719468
-    return float(days * 86400 + h * 3600 + mi * 60 + s)
-
 
 def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
     if forced:
@@ -89,9 +47,22 @@ def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
 
 
 # what logs call a platform → one name per platform (the allocator says HIP on ROCm)
-_PLATFORMS = {"cuda": "cuda", "hip": "rocm", "rocm": "rocm", "npu": "npu", "ascend": "npu", "xpu": "xpu",
-              "mps": "mps", "metal": "metal", "vulkan": "vulkan", "sycl": "sycl", "cpu": "cpu", "tpu": "tpu",
-              "musa": "musa", "cann": "npu"}
+_PLATFORMS = {
+    "cuda": "cuda",
+    "hip": "rocm",
+    "rocm": "rocm",
+    "npu": "npu",
+    "ascend": "npu",
+    "xpu": "xpu",
+    "mps": "mps",
+    "metal": "metal",
+    "vulkan": "vulkan",
+    "sycl": "sycl",
+    "cpu": "cpu",
+    "tpu": "tpu",
+    "musa": "musa",
+    "cann": "npu",
+}
 
 
 PLATFORM_KEYS = (
@@ -192,8 +163,12 @@ def oom_phase(
         return st[0], "stack", f"the stack: frame {st[1]}"
     mined = from_sources.stack_phase(_tb_frames(rec), engine)
     if mined:
-        return mined[0], "stack", (
-            f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
+        return (
+            mined[0],
+            "stack",
+            (
+                f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
+            ),
         )
     if rec.rule is not None and rec.rule.oom_phase:
         return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 
 import pytest
 
+from diagnose.engines import load_profiles
 from diagnose.errors import InputError
 from diagnose.lines import (
     CUT_MARKER,
     MAX_LINE,
     Source,
     decode,
-    iter_lines,
-    make_line,
     read_blocks,
     resolve_sources,
 )
+from diagnose.model import Line
 
 from .conftest import SHARED, profile_oom
+
+LAYOUT = load_profiles().layout  # every shipped engine's line layouts
+
+
+def make_line(source: str, number: int, raw: bytes) -> Line:
+    """One line split as a fresh scan would (nothing learned from other lines)."""
+    return LAYOUT.fresh().line(source, number, raw)
+
+
+def iter_lines(source: Source) -> Iterator[Line]:
+    return LAYOUT.fresh().lines(source)
 
 # (raw line, message, level, timestamp, process, rank, pid, location)
 CASES = [

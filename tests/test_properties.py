@@ -47,14 +47,14 @@ LOGGISH = st.one_of(
 @MANY
 @given(LOGGISH)
 def test_line_reader_and_scan_never_raise_anything_else(data):
-    from diagnose.lines import Source, iter_lines
+    from diagnose.lines import Source
     from diagnose.pipeline import scan_paths
 
     with tempfile.NamedTemporaryFile(suffix=".log", delete=False) as f:
         f.write(data)
     try:
         try:
-            for _line in iter_lines(Source(f.name, f.name)):
+            for _line in _know().profiles.layout.fresh().lines(Source(f.name, f.name)):
                 pass
             scan_paths([f.name], _know())
         except InputError:

@@ -26,19 +26,17 @@ def test_builtin_rules_load_clean():
 def test_rule_matches_its_examples(rule):
     assert rule.examples_match and rule.examples_no_match, "every rule needs both kinds of examples"
     for e in rule.examples_match:
-        assert rule_matches_text(rule, e), e
+        assert rule_matches_text(rule, e, PROFILES.layout), e
     for e in rule.examples_no_match:
-        assert not rule_matches_text(rule, e), e
+        assert not rule_matches_text(rule, e, PROFILES.layout), e
 
 
 @pytest.mark.parametrize(
     "marker", PROFILES.markers, ids=lambda m: f"{m.engine}.{m.what}.{m.phase or m.kind or m.variant or ''}"
 )
 def test_profile_marker_matches_its_examples(marker):
-    from diagnose.lines import make_line
-
     for e in marker.examples:
-        line = make_line("ex", 1, e.encode())
+        line = PROFILES.layout.fresh().line("ex", 1, e.encode())
         assert any(n in line.text for n in marker.needles)
         assert marker.search(marker.target(line)), e
 

@@ -146,7 +146,7 @@ WORDINGS = [
 )
 def test_each_wording_reads_its_fields(know, engine, text, want):  # type: ignore[no-untyped-def]
     markers = sorted(know.profiles.series, key=lambda m: m.engine != engine)
-    (point,) = read_points([("log", 7, text.encode())], markers)
+    (point,) = read_points([("log", 7, text.encode())], markers, know.profiles.layout)
     assert point.line == 7
     for k, v in want.items():
         assert point.values[k] == pytest.approx(v), k
