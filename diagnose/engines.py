@@ -7,7 +7,9 @@ pattern and examples that the test suite runs, like the failure rules.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
+from .advice.data import SITUATIONS
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
@@ -15,7 +17,6 @@ from .layout import PREFIX_GROUPS, Layout
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
-from .records import field, record
 from .shipped import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -61,12 +62,12 @@ SERIES_FIELDS = {
     "prefix_hit": "prefix-cache hit rate",
 }
 SERIES_KEYS = {"needles", "fields", "examples", "why"}
-ADVICE_SITUATIONS = {"oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime"}
+ADVICE_SITUATIONS = frozenset(SITUATIONS)  # the keys of rules/advice/advice.yaml `steps`
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
 
-@record
+@dataclass(slots=True)
 class Marker:
     """A needle+pattern that tells something other than a failure."""
 
@@ -94,7 +95,7 @@ class Marker:
         return self.compiled.search(text)
 
 
-@record
+@dataclass(slots=True)
 class Profile:
     engine: str
     title: str
@@ -114,7 +115,7 @@ class Profile:
     prefixes: list[Any] = field(default_factory=list)  # the engine's line layouts (re.Pattern)
 
 
-@record
+@dataclass(slots=True)
 class SeriesMarker:
     """A periodic stats line: every occurrence is a point of the serving series. Each field is
     read on its own, so the wordings of several versions (fields added, renamed, reordered)
@@ -245,7 +246,7 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
 
 
 def _advice_table(raw: Any, path: str, engine: str) -> dict[str, list[dict[str, Any]]]:
-    """The engine's own order of candidates per situation (advice.DEFAULT_STEPS' keys)."""
+    """The engine's own order of candidates per situation (rules/advice/advice.yaml `steps` keys)."""
     from .params import CANONICAL_PARAMS
 
     if raw is None:
@@ -395,7 +396,7 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
     return sm
 
 
-@record
+@dataclass(slots=True)
 class Profiles:
     by_engine: dict[str, Profile]
     problems: list[str]

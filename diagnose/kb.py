@@ -16,12 +16,12 @@ import fcntl
 import math
 import os
 import re
+from dataclasses import dataclass, field
 
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
 from .model import CLASSES, Diagnosis
-from .records import field, record
 from .redact import redact_tree  # one list for every output and the store
 from .shipped import builtin_rules_dir, yaml_files
 
@@ -74,7 +74,7 @@ def template(line: str) -> str:
 # --- incidents ------------------------------------------------------------------------------
 
 
-@record
+@dataclass(slots=True)
 class Incident:
     data: dict[str, Any]
     path: str
@@ -191,7 +191,7 @@ def store_dirs(explicit: list[str] | None = None) -> list[str]:
     return [default_store()]
 
 
-@record
+@dataclass(slots=True)
 class KnowledgeBase:
     incidents: list[Incident] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)

@@ -11,9 +11,9 @@ import re
 import sys
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from .errors import InputError
-from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ HALF_LINE = MAX_LINE // 2
 CUT_MARKER = b" [diagnose: the middle of a line over 1 MiB was not read] "
 
 
-@record
+@dataclass(slots=True)
 class Source:
     name: str  # what the report calls it: the path, or "-" for stdin
     path: str | None  # None for stdin

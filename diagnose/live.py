@@ -21,10 +21,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .device import DeviceSnapshot
+from .knowledge import Knowledge
 from .matcher import Scanner
 from .model import PHASE_INDEX, Diagnosis, Finding
-from .pipeline import Knowledge, diagnose
 from .render import PHASE_LABEL
+from .stages import diagnose
 from .triage import HANG_BUDGET_S, HANG_WAITS_ON
 
 # A consequence line ("EngineCore failed to start") often comes before its cause's

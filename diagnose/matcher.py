@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict, deque
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from .engines import Marker, Profiles
@@ -16,7 +17,6 @@ from .facts import typed_facts
 from .launch import canonical_launch, parse_repr
 from .model import PHASE_INDEX, Hit, Line, PhaseMark, TracebackEvent, VocabHit
 from .needles import make_index
-from .records import field, record
 from .rules import Rule, RuleSet
 from .serving import SeriesSampler
 
@@ -70,7 +70,7 @@ DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log:
 REFIND_AFTER = 64
 
 
-@record
+@dataclass(slots=True)
 class RecordedHit:
     hit: Hit
     rule: Rule | None  # None for a synthetic unknown-error hit
@@ -85,7 +85,7 @@ class RecordedHit:
     vocab: list[VocabHit] = field(default_factory=list)  # class words near it (unexplained errors)
 
 
-@record
+@dataclass(slots=True)
 class ScanResult:
     hits: list[RecordedHit]
     hit_counts: dict[str, int]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .records import field, record
+from dataclasses import dataclass, field
+
 from .taxonomy import TAXONOMY
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -26,7 +27,7 @@ PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 OOM_PHASES: tuple[str, ...] = TAXONOMY.oom_phases
 
 
-@record
+@dataclass(slots=True)
 class Line:
     """One log line, with its origin and the fields split off its prefixes."""
 
@@ -58,7 +59,7 @@ class Line:
         return f"{self.source}:{self.number}"
 
 
-@record
+@dataclass(slots=True)
 class PhaseMark:
     phase: str
     line: int
@@ -70,7 +71,7 @@ class PhaseMark:
         return {"phase": self.phase, "line": self.line, "time": self.time}
 
 
-@record
+@dataclass(slots=True)
 class Hit:
     """A rule matched a line."""
 
@@ -79,7 +80,7 @@ class Hit:
     facts: dict[str, Any]
 
 
-@record
+@dataclass(slots=True)
 class TracebackEvent:
     """A Python traceback folded into one event; its evidence is the exception line."""
 
@@ -96,7 +97,7 @@ class TracebackEvent:
     echoed: list[Any] = field(default_factory=list)
 
 
-@record
+@dataclass(slots=True)
 class VocabHit:
     """A vocabulary term of some class on a line near an unexplained error."""
 
@@ -107,7 +108,7 @@ class VocabHit:
     term: str
 
 
-@record
+@dataclass(slots=True)
 class Finding:
     rule: str
     cls: str
@@ -168,7 +169,7 @@ class Finding:
         return out
 
 
-@record
+@dataclass(slots=True)
 class Change:
     """One concrete parameter change (the advice format of DESIGN.md)."""
 
@@ -191,7 +192,7 @@ class Change:
         }
 
 
-@record
+@dataclass(slots=True)
 class EngineInfo:
     name: str = "unknown"
     version: str | None = None
@@ -218,7 +219,7 @@ class EngineInfo:
         return out
 
 
-@record
+@dataclass(slots=True)
 class Diagnosis:
     source: str
     engine: EngineInfo

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .advice import as_int, len_down
+from .advice.core import as_int, len_down
 from .budget import (
     ConfigError,
     checkpoint_quant,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
@@ -12,7 +13,6 @@ from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .params import TEMPLATE_RE, param_problem
 from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
-from .records import field, record
 from .shipped import builtin_rules_dir, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -46,7 +46,7 @@ ADVICE_KEYS = {"param", "to", "why"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
-@record
+@dataclass(slots=True)
 class Rule:
     id: str
     engines: list[str]
@@ -255,7 +255,7 @@ def check_examples(rule: Rule, layout: Layout) -> tuple[str, str] | None:
     return None
 
 
-@record
+@dataclass(slots=True)
 class RuleSet:
     rules: list[Rule]
     problems: list[str]  # one line per broken rule or file that was skipped

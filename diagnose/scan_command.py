@@ -72,7 +72,7 @@ def read_scan_argv(args: list[str]) -> dict[str, Any] | None:
 
 
 def load_knowledge(rules: list[str] | None):  # type: ignore[no-untyped-def]
-    from .pipeline import Knowledge
+    from .knowledge import Knowledge
 
     know = Knowledge.load(rules)
     for p in know.problems:

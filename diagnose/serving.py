@@ -21,9 +21,9 @@ finding (class `preemption`, a warning): the others are told in the `serving` ob
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from .clock import seconds
-from .records import field, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class SeriesSampler:
         return out
 
 
-@record
+@dataclass(slots=True)
 class Point:
     source: str
     line: int
@@ -96,7 +96,7 @@ class Point:
     replica: str = ""  # a data-parallel engine's own stats ("Engine 001", "DP1"); "" for one
 
 
-@record
+@dataclass(slots=True)
 class Serving:
     verdict: str
     why: str

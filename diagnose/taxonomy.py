@@ -6,9 +6,9 @@ OOM phases. Read once per process, from the validated-data cache when the file i
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from .errors import RuleError
-from .records import record
 from .shipped import builtin_rules_dir
 
 TYPE_CHECKING = False
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@record
+@dataclass(slots=True)
 class Taxonomy:
     layers: list[str]
     class_layer: dict[str, str]  # in triage order

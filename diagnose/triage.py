@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from . import from_sources
 from .clock import seconds
@@ -453,8 +454,7 @@ def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
             g, key=lambda rf: (-SEVERITY_RANK.get(rf[1].severity, 9), _specificity(rf[0]), -rf[1].line)
         )
         earliest = min(g, key=lambda rf: rf[1].line)[1]
-        merged = Finding(**{k: getattr(best, k) for k in best.__slots__})  # type: ignore[attr-defined]
-        merged.facts = {}
+        merged = replace(best, facts={})
         ranks: set[int] = set()
         merged.frames = []
         for _rec, f in sorted(g, key=lambda rf: -_specificity(rf[0])):

@@ -357,7 +357,7 @@ def coverage(know) -> tuple[float, list[tuple[Case, str]]]:  # type: ignore[no-u
 
 
 if __name__ == "__main__":
-    from diagnose.pipeline import Knowledge
+    from diagnose.knowledge import Knowledge
 
     cov, missed = coverage(Knowledge.load())
     for c, said in missed:

@@ -23,7 +23,7 @@ def run(cmd, stdin=None, env=None, **kw) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.fixture(scope="session")
 def know():
-    from diagnose.pipeline import Knowledge
+    from diagnose.knowledge import Knowledge
 
     return Knowledge.load()
 

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from diagnose.advice import advise, divisors_at_most, len_down, util_down, util_up
+from diagnose.advice.core import divisors_at_most, len_down, util_down, util_up
+from diagnose.advice.registry import advise
 from diagnose.model import Finding
 
 

@@ -5,7 +5,8 @@ SGLang 0.4.x, as in ../shared/real-logs); each log is cut where the exception wo
 from __future__ import annotations
 
 from diagnose.lines import resolve_sources
-from diagnose.pipeline import diagnose, scan_sources
+from diagnose.pipeline import scan_sources
+from diagnose.stages import diagnose
 
 V0_HEAD = (
     "INFO 03-19 06:27:20 llm_engine.py:237] Initializing an LLM engine (v0.6.3.post1) with config: "
@@ -35,7 +36,11 @@ def test_v0_rest_of_memory_negative(know, tmp_path):
     assert p is not None and p.cls == "kv_cache_too_small" and p.rule == "consistency.kv-memory-not-positive"
     assert p.facts["available_gib"] == -1.27
     assert "reserved for KV Cache is -1.27GiB" in p.evidence
-    assert d.advice and d.advice[0].param in ("gpu_memory_utilization", "tensor_parallel_size", "max_model_len")
+    assert d.advice and d.advice[0].param in (
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "max_model_len",
+    )
 
 
 def test_v0_blocks_below_one_request(know, tmp_path):

@@ -32,6 +32,7 @@ def make_line(source: str, number: int, raw: bytes) -> Line:
 def iter_lines(source: Source) -> Iterator[Line]:
     return LAYOUT.fresh().lines(source)
 
+
 # (raw line, message, level, timestamp, process, rank, pid, location)
 CASES = [
     # kubectl logs --prefix

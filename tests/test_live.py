@@ -228,7 +228,9 @@ def _ready_server(tmp_path, seconds_up: int):
 def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
     # the "ready in N s" progress line went to stdout before the JSON document
     script = _ready_server(tmp_path, 1)
-    p = subprocess.run([*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT)
+    p = subprocess.run(
+        [*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
     doc = json.loads(p.stdout)  # nothing but the document
     assert doc["status"] == "ready"
     assert b"ready in" in p.stderr
@@ -237,7 +239,10 @@ def test_run_json_after_ready_is_pure_json_on_stdout(cli, tmp_path):
 def test_run_timeout_after_ready_is_a_stop_not_a_failure(cli, tmp_path):
     script = _ready_server(tmp_path, 30)
     p = subprocess.run(
-        [*cli, "run", "--quiet", "--timeout", "2", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+        [*cli, "run", "--quiet", "--timeout", "2", "--", str(script)],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert p.returncode == 0, p.stdout.decode()[-500:]
     assert "stopped at --timeout" in p.stdout.decode()
@@ -247,9 +252,7 @@ def test_run_stops_a_failed_server_after_the_grace_period(cli, tmp_path):
     # a fatal line while the server keeps running: the verdict at once, the group stopped
     # after --grace, exit 1 (it waited for ever before)
     script = tmp_path / "server.sh"
-    script.write_text(
-        f"#!/bin/sh\ncat {LOGS / 'vllm' / 'kv-cache-too-small-v1.log'}\nsleep 60\n"
-    )
+    script.write_text(f"#!/bin/sh\ncat {LOGS / 'vllm' / 'kv-cache-too-small-v1.log'}\nsleep 60\n")
     script.chmod(0o755)
     t = time.monotonic()
     p = subprocess.run(
@@ -268,7 +271,9 @@ def test_run_ends_with_the_child_even_when_its_workers_hold_the_pipe(cli, tmp_pa
     )
     script.chmod(0o755)
     t = time.monotonic()
-    p = subprocess.run([*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT)
+    p = subprocess.run(
+        [*cli, "run", "--json", "--quiet", "--", str(script)], capture_output=True, timeout=60, cwd=ROOT
+    )
     doc = json.loads(p.stdout)
     assert p.returncode == 1 and doc["primary"]["facts"]["exit_code"] == 3
     assert time.monotonic() - t < 15

@@ -17,7 +17,7 @@ from tools.mine.pattern import build, template_id
 from tools.mine.python_source import mine_module
 from tools.mine.store import write_store
 
-PY = '''
+PY = """
 import logging
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _check_enough_kv_cache_memory(available_memory, needed_memory, max_model_len
     logger.warning("Model loading took %.4f GiB and %.6f seconds", available_memory, needed_memory)
     logger.error("Failed to load {} with dtype {}".format(max_model_len, needed_memory))
     assert needed_memory > 0, "num_gpu_blocks must be positive, got %d" % needed_memory
-'''
+"""
 
 
 def test_python_templates_from_every_printing_shape() -> None:
@@ -53,8 +53,15 @@ def test_python_templates_from_every_printing_shape() -> None:
         "Total number of attention heads ({total_num_attention_heads}) must be divisible by "
         "tensor parallel size ({tensor_parallel_size})."
     ]
-    assert (heads.level, heads.exc, heads.function) == ("raise", "ValueError", "ModelConfig.verify_with_parallel_config")
-    assert "User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len ({derived})." in texts
+    assert (heads.level, heads.exc, heads.function) == (
+        "raise",
+        "ValueError",
+        "ModelConfig.verify_with_parallel_config",
+    )
+    assert (
+        "User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len ({derived})."
+        in texts
+    )
     assert texts["Model loading took {available_memory} GiB and {needed_memory} seconds"].level == "warning"
     assert texts["Failed to load {max_model_len} with dtype {needed_memory}"].level == "error"
     assert texts["num_gpu_blocks must be positive, got {needed_memory}"].exc == "AssertionError"
@@ -78,7 +85,9 @@ def test_pattern_finds_the_line_the_engine_prints_with_typed_captures() -> None:
     assert m is not None and m.group("tensor_parallel_size") == "3"
     took = build(by_text["Model loading took {available_memory} GiB and {needed_memory} seconds"].pieces)
     assert took is not None
-    m = re.search(took[0], "INFO 06-05 06:17:02 model_runner.py:1072] Model loading took 14.9888 GiB and 5.191 seconds")
+    m = re.search(
+        took[0], "INFO 06-05 06:17:02 model_runner.py:1072] Model loading took 14.9888 GiB and 5.191 seconds"
+    )
     assert m is not None and m.group("available_memory") == "14.9888"
 
 
@@ -92,7 +101,7 @@ def test_template_ids_are_stable_across_versions_and_modules() -> None:
     assert template_id("vllm", "raise|ValueError|x") != template_id("sglang", "raise|ValueError|x")
 
 
-C_SRC = r'''
+C_SRC = r"""
 static bool llama_kv_cache_init(struct llama_kv_cache & cache) {
     if (!buf) {
         LLAMA_LOG_ERROR("%s: failed to allocate buffer for kv cache\n", __func__);
@@ -101,21 +110,21 @@ static bool llama_kv_cache_init(struct llama_kv_cache & cache) {
     LLAMA_LOG_WARN("%s: n_ctx_per_seq (%" PRIu32 ") < n_ctx_train (%" PRIu32 ") -- the full capacity of the model will not be utilized\n", __func__, n_ctx_per_seq, n_ctx_train);
     throw std::runtime_error(format("invalid n_gpu_layers: %d", n));
 }
-'''
-GO_SRC = '''
+"""
+GO_SRC = """
 func (s *Server) load() error {
     slog.Error("failed to load model", "error", err)
     return fmt.Errorf("model requires more system memory (%s) than is available (%s)", need, avail)
 }
-'''
-RS_SRC = '''
+"""
+RS_SRC = """
 #[derive(Error, Debug)]
 pub enum InferError {
     #[error("Request failed during generation: {0}")]
     GenerationError(String),
 }
 fn f() { tracing::error!("Model is overloaded"); }
-'''
+"""
 
 
 def test_native_templates_c_go_rust() -> None:
@@ -125,33 +134,41 @@ def test_native_templates_c_go_rust() -> None:
     assert re.search(err[0], "llama_kv_cache_init: failed to allocate buffer for kv cache")
     warn = build(c["warning"].pieces)
     assert warn is not None
-    m = re.search(warn[0], "llama_init_from_model: n_ctx_per_seq (4096) < n_ctx_train (131072) -- the full capacity of the model will not be utilized")
+    m = re.search(
+        warn[0],
+        "llama_init_from_model: n_ctx_per_seq (4096) < n_ctx_train (131072) -- the full capacity of the model will not be utilized",
+    )
     assert m is not None
     assert c["raise"].exc == "std::runtime_error"
     go = mine_native(GO_SRC, "server/sched.go")
     assert {t.level for t in go} == {"error", "raise"}
     need = build(next(t for t in go if t.level == "raise").pieces)
-    assert need is not None and re.search(need[0], "Error: model requires more system memory (21.4 GiB) than is available (15.2 GiB)")
+    assert need is not None and re.search(
+        need[0], "Error: model requires more system memory (21.4 GiB) than is available (15.2 GiB)"
+    )
     rs = mine_native(RS_SRC, "router/src/infer/mod.rs")
     gen = build(next(t for t in rs if t.level == "raise").pieces)
     assert gen is not None
-    assert re.search(gen[0], 'ERROR generate{...}: text_generation_router::infer: router/src/infer/mod.rs:145: Request failed during generation: Server error: CUDA out of memory.')
+    assert re.search(
+        gen[0],
+        "ERROR generate{...}: text_generation_router::infer: router/src/infer/mod.rs:145: Request failed during generation: Server error: CUDA out of memory.",
+    )
 
 
 GRAPH = {
-    "eng/loader.py": '''
+    "eng/loader.py": """
 def get_model(cfg):
     return Llama(cfg)
-''',
-    "eng/models/llama.py": '''
+""",
+    "eng/models/llama.py": """
 class Llama:
     def __init__(self, cfg):
         self.layers = [DecoderLayer(cfg)]
 class DecoderLayer:
     def __init__(self, cfg):
         self.mlp = ColumnLinear(cfg)
-''',
-    "eng/layers/linear.py": '''
+""",
+    "eng/layers/linear.py": """
 class ColumnLinear:
     def __init__(self, cfg):
         self.create_weights(cfg)
@@ -159,8 +176,8 @@ class ColumnLinear:
         return make_param(cfg)
 def make_param(cfg):
     return cfg
-''',
-    "eng/runner.py": '''
+""",
+    "eng/runner.py": """
 class Runner:
     def __init__(self, cfg):
         self.model = get_model(cfg)
@@ -173,7 +190,7 @@ class Runner:
         return shared_helper()
 def shared_helper():
     return 1
-''',
+""",
 }
 ROOTS = {"load": ["get_model"], "startup": ["profile_run"], "runtime": ["execute_model"]}
 
@@ -211,7 +228,17 @@ def test_store_is_one_record_a_line_with_version_ranges(tmp_path) -> None:
         "source": "vllm",
         "versions": ["0.5.5", "0.6.3", "0.6.6", "0.7.3"],
         "provenance": [{"version": "0.5.5", "file": "vllm-0.5.5.whl", "sha256": "ab"}],
-        "templates": [{"id": "vllm.m.1", "text": "x", "pattern": "x", "literal": "x", "level": "raise", "exc": "E", "seen": [0, 1, 3]}],
+        "templates": [
+            {
+                "id": "vllm.m.1",
+                "text": "x",
+                "pattern": "x",
+                "literal": "x",
+                "level": "raise",
+                "exc": "E",
+                "seen": [0, 1, 3],
+            }
+        ],
         "frames": {"llama:__init__": "load"},
     }
     out = tmp_path / "vllm.json"

@@ -11,9 +11,11 @@ import re
 
 import pytest
 
+from diagnose.knowledge import Knowledge
 from diagnose.mined import ClassTable, Template, knowledge
-from diagnose.pipeline import Knowledge, diagnose, scan_sources
+from diagnose.pipeline import scan_sources
 from diagnose.shipped import builtin_rules_dir
+from diagnose.stages import diagnose
 
 MINED = os.path.join(builtin_rules_dir(), "mined")
 FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json") and not n.endswith(".index.json"))
@@ -55,35 +57,80 @@ def test_class_table_rows_and_params() -> None:
     table = knowledge().table
     assert table is not None
 
-    def cls_of(text: str, module: str = "vllm/worker/worker.py", level: str = "raise", exc: str = "ValueError") -> tuple[str | None, str | None]:
-        t = Template({"id": "x", "text": text, "pattern": "x", "literal": "x", "level": level, "exc": exc,
-                      "module": module}, "vllm", "vllm")
+    def cls_of(
+        text: str, module: str = "vllm/worker/worker.py", level: str = "raise", exc: str = "ValueError"
+    ) -> tuple[str | None, str | None]:
+        t = Template(
+            {
+                "id": "x",
+                "text": text,
+                "pattern": "x",
+                "literal": "x",
+                "level": level,
+                "exc": exc,
+                "module": module,
+            },
+            "vllm",
+            "vllm",
+        )
         table.classify(t)
         return t.cls, t.param
 
-    assert cls_of("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.") == ("kv_cache_too_small", "gpu_memory_utilization")
-    assert cls_of("Total number of attention heads ({h}) must be divisible by tensor parallel size ({tp}).")[0] == "tp_mismatch"
+    assert cls_of(
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+    ) == ("kv_cache_too_small", "gpu_memory_utilization")
+    assert (
+        cls_of("Total number of attention heads ({h}) must be divisible by tensor parallel size ({tp}).")[0]
+        == "tp_mismatch"
+    )
     assert cls_of("Address already in use: port {port}")[0] == "port_in_use"
     assert cls_of("NCCL error: unhandled system error")[0] == "nccl"
-    assert cls_of("Model architectures {a} are not supported for now.", module="vllm/model_executor/models/registry.py")[0] == "weights_format"
-    assert cls_of("max_num_batched_tokens ({x}) is smaller than max_model_len ({y}).", module="vllm/config.py") == ("config", "max_num_batched_tokens")
-    assert cls_of("Chunked prefill is not supported with speculative decoding ({x}).", module="vllm/engine/arg_utils.py") == ("config", "enable_chunked_prefill")
+    assert (
+        cls_of(
+            "Model architectures {a} are not supported for now.",
+            module="vllm/model_executor/models/registry.py",
+        )[0]
+        == "weights_format"
+    )
+    assert cls_of(
+        "max_num_batched_tokens ({x}) is smaller than max_model_len ({y}).", module="vllm/config.py"
+    ) == ("config", "max_num_batched_tokens")
+    assert cls_of(
+        "Chunked prefill is not supported with speculative decoding ({x}).", module="vllm/engine/arg_utils.py"
+    ) == ("config", "enable_chunked_prefill")
     assert cls_of("Found no NVIDIA driver on your system.")[0] == "driver"
     # a message with no telling words, module or setting keeps its ignorance
-    assert cls_of("Unexpected value {x} for field {y}", module="vllm/utils.py", exc="RuntimeError")[0] == "unknown_error"
+    assert (
+        cls_of("Unexpected value {x} for field {y}", module="vllm/utils.py", exc="RuntimeError")[0]
+        == "unknown_error"
+    )
 
 
 def test_class_table_errors_name_the_file_and_row(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"classes.yaml: rows\[0\] \(bad\): field words"):
-        ClassTable({"rows": [{"id": "bad", "class": "oom", "words": "(unclosed"}]}, str(tmp_path / "classes.yaml"))
+        ClassTable(
+            {"rows": [{"id": "bad", "class": "oom", "words": "(unclosed"}]}, str(tmp_path / "classes.yaml")
+        )
 
 
 def test_engine_messages_from_the_reference_are_known_templates() -> None:
     k = knowledge()
     cases = [
-        ("vllm", "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (73024). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.", "kv_cache_too_small"),
-        ("vllm", "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).", "tp_mismatch"),
-        ("sglang", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "kv_cache_too_small"),
+        (
+            "vllm",
+            "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (73024). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+            "kv_cache_too_small",
+        ),
+        (
+            "vllm",
+            "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).",
+            "tp_mismatch",
+        ),
+        (
+            "sglang",
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            "kv_cache_too_small",
+        ),
     ]
     for engine, line, cls in cases:
         found = k.match(line, engine)
@@ -132,7 +179,9 @@ def test_an_error_no_rule_names_gets_the_class_of_the_engines_own_message(know: 
     assert p.cls in ("config", "request") or p.rule.startswith("vllm.")
 
 
-def test_the_mined_call_trees_alone_type_the_real_oom_tracebacks(know: Knowledge, tmp_path, monkeypatch) -> None:
+def test_the_mined_call_trees_alone_type_the_real_oom_tracebacks(
+    know: Knowledge, tmp_path, monkeypatch
+) -> None:
     """Generalisation: the labelled OOM logs of ../shared/real-logs cut to their errors and
     tracebacks (no timeline), the hand-written stack hints switched off: the phase then
     comes from the mined call trees alone (or the message, or nothing)."""
@@ -174,7 +223,8 @@ def test_rules_show_explains_a_mined_template(cli) -> None:
     from .conftest import run
 
     found = knowledge().match(
-        "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).", "vllm"
+        "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (3).",
+        "vllm",
     )
     tid = found[0].template.id
     p = run([*cli, "rules", "show", tid])
@@ -209,7 +259,7 @@ def test_a_tgi_router_oom_is_runtime_by_the_module_that_prints_it(know: Knowledg
     # only prints "Request failed during generation" while serving a request
     line = (
         "2024-05-02T10:11:12.345678Z ERROR generate{parameters=GenerateParameters { best_of: None, "
-        "max_new_tokens: Some(1024) } total_time=\"2.1s\"}:generate:generate_stream:infer:send_error: "
+        'max_new_tokens: Some(1024) } total_time="2.1s"}:generate:generate_stream:infer:send_error: '
         "text_generation_router::infer: router/src/infer/mod.rs:866: Request failed during generation: "
         "Server error: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
         "of which 1.12 GiB is free.\n"
@@ -219,7 +269,9 @@ def test_a_tgi_router_oom_is_runtime_by_the_module_that_prints_it(know: Knowledg
     assert d.primary.oom_phase == "runtime", d.primary.phase_evidence
 
 
-def test_a_refused_setting_no_template_knows_is_config_with_the_flag_it_names(know: Knowledge, tmp_path) -> None:
+def test_a_refused_setting_no_template_knows_is_config_with_the_flag_it_names(
+    know: Knowledge, tmp_path
+) -> None:
     # a message newer than every mined version, logged by vLLM's argument module at the end of
     # the startup: the class table reads its words and the logger's location
     log = (

@@ -69,7 +69,7 @@ _KNOW = None
 def _know():  # type: ignore[no-untyped-def]
     global _KNOW
     if _KNOW is None:
-        from diagnose.pipeline import Knowledge
+        from diagnose.knowledge import Knowledge
 
         _KNOW = Knowledge.load()
     return _KNOW

@@ -25,7 +25,7 @@ def test_the_rule_list_is_not_empty(know):
 
 @pytest.fixture(scope="module")
 def every_rule():  # type: ignore[no-untyped-def]
-    from diagnose.pipeline import Knowledge
+    from diagnose.knowledge import Knowledge
 
     know = Knowledge.load()
     return know, _rules(know)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from diagnose.lines import Source
-from diagnose.pipeline import diagnose, scan_sources
+from diagnose.pipeline import scan_sources
+from diagnose.stages import diagnose
 
 from .conftest import FIXTURES
 

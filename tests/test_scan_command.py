@@ -108,8 +108,6 @@ HEAVY = {
     "pyparsing",
     "yaml",
     "regex",
-    "dataclasses",
-    "inspect",
     "pathlib",
     "typing",
 }

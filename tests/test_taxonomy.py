@@ -9,7 +9,8 @@ import re
 import pytest
 import yaml
 
-from diagnose import advice, model, render, triage
+from diagnose import model, render, triage
+from diagnose.advice import core as advice
 from diagnose.errors import RuleError
 from diagnose.shipped import builtin_rules_dir
 from diagnose.taxonomy import TAXONOMY, load, parse
@@ -45,7 +46,9 @@ def test_the_classes_of_design_md_are_all_there():
 
 def test_a_class_added_in_the_file_is_known_everywhere(tmp_path):
     data = _data()
-    data["classes"].insert(3, {"id": "host_oom", "layer": "memory", "verify": "dmesg shows no OOM killer line"})
+    data["classes"].insert(
+        3, {"id": "host_oom", "layer": "memory", "verify": "dmesg shows no OOM killer line"}
+    )
     tax = parse(data, str(tmp_path / "taxonomy.yaml"))
     assert tax.class_order.index("host_oom") == 3
     assert tax.class_layer["host_oom"] == "memory" and tax.verify["host_oom"].startswith("dmesg")

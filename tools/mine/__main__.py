@@ -33,9 +33,18 @@ from .store import write_store
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-PLATFORMS = ["manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64",
-             "manylinux_2_28_x86_64", "manylinux_2_31_x86_64", "manylinux_2_34_x86_64", "manylinux_2_35_x86_64",
-             "linux_x86_64", "any"]
+PLATFORMS = [
+    "manylinux1_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_31_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_35_x86_64",
+    "linux_x86_64",
+    "any",
+]
 
 
 def glob_re(patterns: list[str]) -> re.Pattern[str]:
@@ -100,7 +109,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_files(spec: dict, version: str, cache: Path, mirrors: dict[str, str], name: str) -> tuple[Iterator[tuple[str, str]], dict]:
+def read_files(
+    spec: dict, version: str, cache: Path, mirrors: dict[str, str], name: str
+) -> tuple[Iterator[tuple[str, str]], dict]:
     """(path, text) of the version's files, and where they came from."""
     want = glob_re(spec["files"])
     skip = glob_re(spec["exclude"]) if spec.get("exclude") else None
@@ -113,11 +124,13 @@ def read_files(spec: dict, version: str, cache: Path, mirrors: dict[str, str], n
         archive = _download(spec["package"], version, cache, kind == "sdist")
         prov = {"version": version, "file": archive.name, "sha256": _sha256(archive)}
         if archive.suffix == ".whl":
+
             def gen_zip() -> Iterator[tuple[str, str]]:
                 with zipfile.ZipFile(archive) as z:
                     for n in z.namelist():
                         if keep(n):
                             yield n, z.read(n).decode("utf-8", "replace")
+
             return gen_zip(), prov
 
         def gen_tar() -> Iterator[tuple[str, str]]:
@@ -128,19 +141,30 @@ def read_files(spec: dict, version: str, cache: Path, mirrors: dict[str, str], n
                         f = t.extractfile(m)
                         if f is not None:
                             yield n, f.read().decode("utf-8", "replace")
+
         return gen_tar(), prov
     mirror = mirrors.get(name)
     if not mirror:
         raise SystemExit(f"mine: {name} is read from a git mirror: pass --git {name}=PATH")
-    commit = subprocess.run(["git", "--git-dir", mirror, "rev-list", "-n1", version], capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "--git-dir", mirror, "rev-list", "-n1", version], capture_output=True, text=True, check=True
+    ).stdout.strip()
     prov = {"version": version, "commit": commit}
-    names = subprocess.run(["git", "--git-dir", mirror, "ls-tree", "-r", "--name-only", commit], capture_output=True, text=True, check=True).stdout.splitlines()
+    names = subprocess.run(
+        ["git", "--git-dir", mirror, "ls-tree", "-r", "--name-only", commit],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
 
     def gen_git() -> Iterator[tuple[str, str]]:
         for n in names:
             if keep(n):
-                out = subprocess.run(["git", "--git-dir", mirror, "show", f"{commit}:{n}"], capture_output=True, check=False).stdout
+                out = subprocess.run(
+                    ["git", "--git-dir", mirror, "show", f"{commit}:{n}"], capture_output=True, check=False
+                ).stdout
                 yield n, out.decode("utf-8", "replace")
+
     return gen_git(), prov
 
 
@@ -173,8 +197,15 @@ def mine_source(name: str, spec: dict, cache: Path, mirrors: dict[str, str], ver
                 tid = template_id(engine, f"{t.level}|{t.exc}|{text_}")
                 rec = templates.get(tid)
                 if rec is None:
-                    rec = templates[tid] = {"id": tid, "text": text_, "pattern": pattern, "literal": literal,
-                                            "level": t.level, "exc": t.exc, "seen": []}
+                    rec = templates[tid] = {
+                        "id": tid,
+                        "text": text_,
+                        "pattern": pattern,
+                        "literal": literal,
+                        "level": t.level,
+                        "exc": t.exc,
+                        "seen": [],
+                    }
                 rec.update(module=t.module, function=t.function)
                 if vi not in rec["seen"]:
                     rec["seen"].append(vi)
@@ -189,7 +220,10 @@ def mine_source(name: str, spec: dict, cache: Path, mirrors: dict[str, str], ver
             prov["frame_keys"] = len({frame_key(f.module, f.qualname) for f in functions})
         prov["templates"] = count
         provenance.append(prov)
-        print(f"mine: {name} {version}: {count} templates, {len(functions)} functions ({time.time() - t0:.1f} s)", file=sys.stderr)
+        print(
+            f"mine: {name} {version}: {count} templates, {len(functions)} functions ({time.time() - t0:.1f} s)",
+            file=sys.stderr,
+        )
     frame_out: dict[str, str] = {}
     for key, by_version in frames.items():
         phs = set(by_version.values())
@@ -198,9 +232,15 @@ def mine_source(name: str, spec: dict, cache: Path, mirrors: dict[str, str], ver
     # a root is a frame the phase's tree starts from (named in sources.yaml); a key that is a
     # root of two phases (two functions of one name) is no root
     root_out = {ph: sorted(k for k in keys if frame_out.get(k) == ph) for ph, keys in sorted(roots.items())}
-    return {"engine": engine, "source": name, "versions": versions, "provenance": provenance,
-            "templates": sorted(templates.values(), key=lambda r: r["id"]), "frames": frame_out,
-            "roots": root_out}
+    return {
+        "engine": engine,
+        "source": name,
+        "versions": versions,
+        "provenance": provenance,
+        "templates": sorted(templates.values(), key=lambda r: r["id"]),
+        "frames": frame_out,
+        "roots": root_out,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "diagnose-mine")
     ap.add_argument("--git", action="append", default=[], metavar="ENGINE=MIRROR")
     ap.add_argument("--out", type=Path, default=ROOT / "rules" / "mined")
-    ap.add_argument("--skip-newest", action="store_true", help="leave out each source's newest version (held-out test)")
+    ap.add_argument(
+        "--skip-newest", action="store_true", help="leave out each source's newest version (held-out test)"
+    )
     ap.add_argument("--config", type=Path, default=HERE / "sources.yaml")
     args = ap.parse_args(argv)
     config = yaml.safe_load(args.config.read_text())

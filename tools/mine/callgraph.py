@@ -49,7 +49,10 @@ def phases(
         by_name[parts[-1]].append(i)
         if len(parts) >= 2:
             by_name[".".join(parts[-2:])].append(i)  # Class.__init__ for instantiations
-    root_ids = {ph: {i for i, fn in enumerate(fns) if any(_matches(r, fn) for r in roots.get(ph, ()))} for ph in PHASES}
+    root_ids = {
+        ph: {i for i, fn in enumerate(fns) if any(_matches(r, fn) for r in roots.get(ph, ()))}
+        for ph in PHASES
+    }
     any_root = {i: ph for ph, ids in root_ids.items() for i in ids}
 
     def callees(i: int) -> Iterable[int]:
@@ -74,7 +77,9 @@ def phases(
             everywhere = by_name.get(name, [])
             if how == "self":  # the caller's class, then its bases, before any other class
                 chain = [own_class.rsplit(".", 1)[-1], *caller.bases]
-                targets = [j for j in everywhere if fns[j].qualname.rsplit(".", 1)[0].rsplit(".", 1)[-1] in chain]
+                targets = [
+                    j for j in everywhere if fns[j].qualname.rsplit(".", 1)[0].rsplit(".", 1)[-1] in chain
+                ]
             elif how == "local":  # a plain call: a function of the same module first
                 targets = [j for j in everywhere if fns[j].module == caller.module]
             if not targets and len(everywhere) <= MAX_DEFS:

@@ -11,16 +11,26 @@ from .python_source import Piece
 
 _STR = r'"(?:[^"\\\n]|\\.)*"'
 # the literal arguments of one call: adjacent string literals and format macros between them
-_C_ARGS = rf'((?:\s*(?:{_STR}|PRI[diux]\d+|PRI[diux]MAX|GGML_PRI\w*|__func__)\s*)+)'
+_C_ARGS = rf"((?:\s*(?:{_STR}|PRI[diux]\d+|PRI[diux]MAX|GGML_PRI\w*|__func__)\s*)+)"
 _C_CALLS = [
     (r"(?:LLAMA_LOG_ERROR|GGML_LOG_ERROR|LOG_ERR|SRV_ERR|SLT_ERR|QUE_ERR|LOG_ERROR)", "error"),
     (r"(?:LLAMA_LOG_WARN|GGML_LOG_WARN|LOG_WRN|SRV_WRN|SLT_WRN|LOG_WARNING)", "warning"),
     (r"(?:GGML_ABORT|GGML_ASSERT_MSG)", "critical"),
-    (r"throw\s+std::(?:runtime_error|invalid_argument|out_of_range|length_error)\s*\(\s*(?:format\s*\()?", "raise"),
+    (
+        r"throw\s+std::(?:runtime_error|invalid_argument|out_of_range|length_error)\s*\(\s*(?:format\s*\()?",
+        "raise",
+    ),
     (r"fprintf\s*\(\s*stderr\s*,", "error"),
 ]
 _C_RE = [
-    (re.compile(rf"\b{call}(?:\s*\(\s*(?:\w+\s*,\s*)?)?{_C_ARGS}" if not call.startswith(("throw", "fprintf")) else rf"{call}{_C_ARGS}"), level)
+    (
+        re.compile(
+            rf"\b{call}(?:\s*\(\s*(?:\w+\s*,\s*)?)?{_C_ARGS}"
+            if not call.startswith(("throw", "fprintf"))
+            else rf"{call}{_C_ARGS}"
+        ),
+        level,
+    )
     for call, level in _C_CALLS
 ]
 _GO_STR = r'(?:"(?:[^"\\\n]|\\.)*"|`[^`]*`)'
@@ -45,7 +55,9 @@ _RS_CALLS = [
 ]
 _GO_RE = [(re.compile(f"{call}({_GO_STR})"), level) for call, level in _GO_CALLS]
 _RS_RE = [(re.compile(f"{call}({_RS_STR})"), level) for call, level in _RS_CALLS]
-_C_FMT = re.compile(r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|z|j|t)?([diouxXeEfFgGcspa%])|\x00(\w)")
+_C_FMT = re.compile(
+    r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|z|j|t)?([diouxXeEfFgGcspa%])|\x00(\w)"
+)
 _GO_FMT = re.compile(r"%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?([vTtbcdoOqxXUeEfFgGsw%p])")
 _RS_FMT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 _ESC = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'", "r": ""}
@@ -121,7 +133,16 @@ def mine_native(source: str, module: str) -> list[NativeTemplate]:
                 lit = m.group(1)
                 fmt = lit[1:-1] if lit.startswith("`") else _unescape(lit[1:-1])
                 line = source.count("\n", 0, m.start()) + 1
-                out.append(NativeTemplate(_pieces(fmt, _GO_FMT, _GO_KINDS), level, "error" if level == "raise" else "", module, "", line))
+                out.append(
+                    NativeTemplate(
+                        _pieces(fmt, _GO_FMT, _GO_KINDS),
+                        level,
+                        "error" if level == "raise" else "",
+                        module,
+                        "",
+                        line,
+                    )
+                )
     elif module.endswith(".rs"):
         for rx, level in _RS_RE:
             for m in rx.finditer(source):

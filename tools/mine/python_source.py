@@ -118,9 +118,7 @@ class _Strings:
                 elif isinstance(v, ast.FormattedValue):
                     spec = ""
                     if isinstance(v.format_spec, ast.JoinedStr):
-                        spec = "".join(
-                            c.value for c in v.format_spec.values if isinstance(c, ast.Constant)
-                        )
+                        spec = "".join(c.value for c in v.format_spec.values if isinstance(c, ast.Constant))
                     out += _hole(_kind_of_spec(spec) if spec else "text", _expr_name(v.value))
             return [out]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
@@ -130,11 +128,7 @@ class _Strings:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
             return [percent(p, args) for p in self.pieces(node.left, depth + 1)]
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "format"
-        ):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
             return [
                 braces(p, node.args, {k.arg: k.value for k in node.keywords if k.arg})
                 for p in self.pieces(node.func.value, depth + 1)
@@ -149,7 +143,9 @@ class _Strings:
         return []
 
 
-def _expand(pieces: list[Piece], rx: re.Pattern[str], hole: Callable[[re.Match[str]], list[Piece]]) -> list[Piece]:
+def _expand(
+    pieces: list[Piece], rx: re.Pattern[str], hole: Callable[[re.Match[str]], list[Piece]]
+) -> list[Piece]:
     """Each literal piece cut at the format's conversions, each conversion replaced by what
     `hole` makes of it; placeholders already there stay."""
     out: list[Piece] = []
@@ -218,7 +214,11 @@ def _exc_name(node: ast.AST | None) -> tuple[str, ast.AST | None]:
     """(exception type, its message argument) of `raise X(msg)`."""
     if isinstance(node, ast.Call):
         name = _expr_name(node.func)
-        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg in ("msg", "message", "detail")), None)
+        arg = (
+            node.args[0]
+            if node.args
+            else next((k.value for k in node.keywords if k.arg in ("msg", "message", "detail")), None)
+        )
         return name, arg
     return "", None
 
@@ -265,7 +265,9 @@ class _Visitor(ast.NodeVisitor):
         for sub in ast.walk(node):
             if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
                 assigns.setdefault(sub.targets[0].id, []).append(sub.value)
-            elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.value is not None:
+            elif (
+                isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.value is not None
+            ):
                 assigns.setdefault(sub.target.id, []).append(sub.value)
         self._strings.append(_Strings(assigns))
         self.generic_visit(node)
@@ -277,7 +279,9 @@ class _Visitor(ast.NodeVisitor):
     visit_AsyncFunctionDef = _function
 
     # statements ---------------------------------------------------------------------
-    def _emit(self, node: ast.AST | None, level: str, exc: str, line: int, args: list[ast.AST] | None = None) -> None:
+    def _emit(
+        self, node: ast.AST | None, level: str, exc: str, line: int, args: list[ast.AST] | None = None
+    ) -> None:
         for pieces in self._strings[-1].pieces(node):
             if args:  # logger.warning("… %s", x): the format is filled by the call's own args
                 pieces = percent(pieces, args)
@@ -301,7 +305,11 @@ class _Visitor(ast.NodeVisitor):
         level = _is_logger(node.func)
         if level and node.args:
             self._emit(node.args[0], level, "", node.lineno, node.args[1:])
-        elif _expr_name(node.func) == "warn" and node.args and _expr_name(getattr(node.func, "value", node.func)) == "warnings":
+        elif (
+            _expr_name(node.func) == "warn"
+            and node.args
+            and _expr_name(getattr(node.func, "value", node.func)) == "warnings"
+        ):
             self._emit(node.args[0], "warning", "", node.lineno)
         if self._func:
             fn = self._func[-1]

@@ -1,10 +1,10 @@
 """Measures of the mined knowledge, for the closing note and for review.
 
-    python -m tools.mine.report coverage            per source: error templates classed, frames phased
-    python -m tools.mine.report sample [N] [SEED]   N classed error templates at random, to check by hand
-    python -m tools.mine.report heldout DIR         messages new in each source's newest version: how many
-                                                    the tool classes right from what DIR (mined with
-                                                    --skip-newest) and the rules know, without the new template
+python -m tools.mine.report coverage            per source: error templates classed, frames phased
+python -m tools.mine.report sample [N] [SEED]   N classed error templates at random, to check by hand
+python -m tools.mine.report heldout DIR         messages new in each source's newest version: how many
+                                                the tool classes right from what DIR (mined with
+                                                --skip-newest) and the rules know, without the new template
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def _templates(directory: Path) -> dict[str, tuple[dict, list[Template]]]:
 def coverage() -> None:
     table = knowledge(str(MINED)).table
     assert table is not None
-    print(f"{'source':12} {'versions':>8} {'templates':>9} {'errors':>7} {'classed':>8} {'share':>6}   {'frames':>7} {'phased':>7} {'share':>6}")
+    print(
+        f"{'source':12} {'versions':>8} {'templates':>9} {'errors':>7} {'classed':>8} {'share':>6}   {'frames':>7} {'phased':>7} {'share':>6}"
+    )
     tot_e = tot_c = 0
     for source, (data, tpls) in _templates(MINED).items():
         errors = [t for t in tpls if t.level in ERROR_LEVELS]
@@ -49,7 +51,9 @@ def coverage() -> None:
         keys = max((p.get("frame_keys", 0) for p in data["provenance"]), default=0)
         phased = len(data["frames"])
         fshare = f"{phased / keys:6.0%}" if keys else "     -"
-        print(f"{source:12} {len(data['versions']):>8} {len(tpls):>9} {len(errors):>7} {classed:>8} {classed / max(1, len(errors)):6.0%}   {keys:>7} {phased:>7} {fshare}")
+        print(
+            f"{source:12} {len(data['versions']):>8} {len(tpls):>9} {len(errors):>7} {classed:>8} {classed / max(1, len(errors)):6.0%}   {keys:>7} {phased:>7} {fshare}"
+        )
         by = Counter(t.cls for t in errors)
         print("             " + ", ".join(f"{c} {n}" for c, n in by.most_common()))
     print(f"{'all':12} {'':>8} {'':>9} {tot_e:>7} {tot_c:>8} {tot_c / max(1, tot_e):6.0%}")
@@ -80,7 +84,7 @@ def heldout(directory: Path) -> None:
     """For each source: the templates first seen in its newest version; the class the tool
     gives their line knowing only the older versions (rules, vocabulary, older templates)
     against the class the table gives the new template itself."""
-    from diagnose.pipeline import Knowledge
+    from diagnose.knowledge import Knowledge
 
     know = Knowledge.load()
     older = MinedKnowledge(str(directory))
@@ -98,11 +102,15 @@ def heldout(directory: Path) -> None:
             line = _fill(t)
             got = _classify_line(line, t.engine, know, older, t.module, t.function)
             right += got == t.cls
-        print(f"{source:12} newest {newest:10} new error templates {len(new):5}, classed {known:5}: "
-              f"the tool already classes {right} right ({right / max(1, known):.0%})")
+        print(
+            f"{source:12} newest {newest:10} new error templates {len(new):5}, classed {known:5}: "
+            f"the tool already classes {right} right ({right / max(1, known):.0%})"
+        )
 
 
-def _classify_line(line: str, engine: str, know, older: MinedKnowledge, module: str = "x.py", function: str = "f") -> str:
+def _classify_line(
+    line: str, engine: str, know, older: MinedKnowledge, module: str = "x.py", function: str = "f"
+) -> str:
     """What a scan of an excerpt ending on this exception line says, with only older knowledge."""
     import diagnose.mined as mined_mod
 
@@ -112,21 +120,28 @@ def _classify_line(line: str, engine: str, know, older: MinedKnowledge, module: 
         import tempfile
 
         from diagnose.lines import resolve_sources
-        from diagnose.pipeline import diagnose, scan_sources
+        from diagnose.pipeline import scan_sources
+        from diagnose.stages import diagnose
 
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
             if module.endswith(".py"):
                 # as a traceback prints it: the innermost frame is the module that raises it
                 func = function.rsplit(".", 1)[-1] or "<module>"
-                f.write(f'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/{module}", '
-                        f"line 1, in {func}\n{line}\n")
+                f.write(
+                    f'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/{module}", '
+                    f"line 1, in {func}\n{line}\n"
+                )
             elif module.endswith(".go"):  # Ollama's slog line, the last of a failed start
                 msg = line.split(": ", 1)[-1] if line.startswith("error: ") else line
-                f.write(f'time=2025-06-01T10:00:00.000Z level=ERROR source={module.rsplit("/", 1)[-1]}:1 '
-                        f'msg="{msg}"\n')
+                f.write(
+                    f"time=2025-06-01T10:00:00.000Z level=ERROR source={module.rsplit('/', 1)[-1]}:1 "
+                    f'msg="{msg}"\n'
+                )
             else:  # llama.cpp and Rust: the message as its own error line
                 f.write(f"ERROR {line}\n")
-        res = scan_sources(resolve_sources([f.name]), know, engine=engine if engine in know.profiles.by_engine else None)
+        res = scan_sources(
+            resolve_sources([f.name]), know, engine=engine if engine in know.profiles.by_engine else None
+        )
         d = diagnose(res, know, f.name, engine=engine if engine in know.profiles.by_engine else None)
         Path(f.name).unlink()
         return d.primary.cls if d.primary else "none"

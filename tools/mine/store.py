@@ -64,7 +64,9 @@ def main() -> int:
     """`python -m tools.mine.store [FILE ...]`: rewrite the literal index of mined files
     (default: every file in rules/mined) without mining again."""
     root = Path(__file__).resolve().parent.parent.parent / "rules" / "mined"
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(p for p in root.glob("*.json") if not p.name.endswith(".index.json"))
+    paths = [Path(p) for p in sys.argv[1:]] or sorted(
+        p for p in root.glob("*.json") if not p.name.endswith(".index.json")
+    )
     for p in paths:
         write_index(str(p))
         print(f"indexed {p}", file=sys.stderr)

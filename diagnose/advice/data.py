@@ -1,0 +1,77 @@
+"""rules/advice/advice.yaml: the default steps per situation and the constant changes, read
+once per process (from the validated-data cache when unchanged); a wrong field is named."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..errors import RuleError
+from ..shipped import builtin_rules_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+SITUATIONS = ("oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime")
+
+
+@dataclass(slots=True, frozen=True)
+class AdviceData:
+    steps: dict[str, list[dict[str, Any]]]  # situation -> ordered {param, note?, above?}
+    constants: dict[str, dict[str, Any]]  # param -> {to, why, from?}
+
+
+def _need(cond: bool, path: str, fld: str, problem: str) -> None:
+    if not cond:
+        raise RuleError(path, None, fld, problem)
+
+
+def parse(data: Any, path: str) -> AdviceData:
+    _need(isinstance(data, dict), path, "(file)", "must be a mapping")
+    steps = data.get("steps")
+    _need(isinstance(steps, dict), path, "steps", "a mapping of situation to a list of steps")
+    for key in SITUATIONS:
+        _need(key in steps, path, f"steps.{key}", "missing")
+    for key, items in steps.items():
+        _need(key in SITUATIONS, path, f"steps.{key}", f"unknown situation (known: {', '.join(SITUATIONS)})")
+        _need(isinstance(items, list) and bool(items), path, f"steps.{key}", "a non-empty list")
+        for i, st in enumerate(items):
+            _need(
+                isinstance(st, dict) and isinstance(st.get("param"), str),
+                path,
+                f"steps.{key}[{i}].param",
+                "missing",
+            )
+            _need(
+                set(st) <= {"param", "note", "above"},
+                path,
+                f"steps.{key}[{i}]",
+                "only param, note and above",
+            )
+    constants = data.get("constants")
+    _need(isinstance(constants, dict), path, "constants", "a mapping of parameter to {to, why}")
+    for param, c in constants.items():
+        _need(isinstance(c, dict), path, f"constants.{param}", "a mapping {to, why, from}")
+        _need(isinstance(c.get("to"), (str, int, float)), path, f"constants.{param}.to", "missing")
+        _need(isinstance(c.get("why"), str) and bool(c["why"]), path, f"constants.{param}.why", "missing")
+        _need(set(c) <= {"to", "why", "from"}, path, f"constants.{param}", "only to, why and from")
+    return AdviceData(steps, constants)
+
+
+_DATA: AdviceData | None = None
+
+
+def advice_data(path: str | None = None) -> AdviceData:
+    """The shipped advice data (or the file given)."""
+    global _DATA
+    if path is not None:
+        from ..datacache import load_yaml
+
+        return parse(load_yaml(path), path)
+    if _DATA is None:
+        from ..datacache import load_validated
+
+        where = os.path.join(builtin_rules_dir(), "advice", "advice.yaml")
+        _DATA = load_validated(where, lambda data, _trusted: parse(data, where))
+    return _DATA
