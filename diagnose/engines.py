@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .advice.data import SITUATIONS
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
@@ -62,7 +61,6 @@ SERIES_FIELDS = {
     "prefix_hit": "prefix-cache hit rate",
 }
 SERIES_KEYS = {"needles", "fields", "examples", "why"}
-ADVICE_SITUATIONS = frozenset(SITUATIONS)  # the keys of rules/advice/advice.yaml `steps`
 MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
@@ -247,7 +245,7 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
 
 def _advice_table(raw: Any, path: str, engine: str) -> dict[str, list[dict[str, Any]]]:
     """The engine's own order of candidates per situation (rules/advice/advice.yaml `steps` keys)."""
-    from .params import CANONICAL_PARAMS
+    from .params import ADVICE_SITUATIONS, CANONICAL_PARAMS
 
     if raw is None:
         return {}

@@ -7,13 +7,13 @@ import os
 from dataclasses import dataclass
 
 from ..errors import RuleError
+from ..params import ADVICE_SITUATIONS as SITUATIONS
 from ..shipped import builtin_rules_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SITUATIONS = ("oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime")
 
 
 @dataclass(slots=True, frozen=True)
