@@ -84,6 +84,15 @@ class EngineUnits:
     defaults: dict[str, Any] = field(default_factory=dict)
     context: str = "per_sequence"  # llama.cpp: one context shared by its slots ("shared")
     reserve_gib: float = 0.5  # layer-offload engines: memory a GPU keeps beyond the layers
+    # "vllm": vLLM's version-dependent arithmetic (V0/V1 defaults, sampler, non-torch memory and
+    # CUDA graphs by release); None: the seed guide's CUDA context + allocator slack
+    model: str | None = None
+    # "dummy_batch": the activation peak is a profiling pass over a dummy batch (and the vision
+    # encoder), its size the engine's defaults by GPU; "own": the profile's own defaults
+    profile: str = "own"
+    # free_after_weights engines: "before_share" when activation buffers are taken before the
+    # KV share (TRT-LLM, TGI), "in_rest" when they live in what the share leaves (LMDeploy)
+    activations: str = "in_rest"
 
 
 def engine_units(engine: str, profiles: Any = None) -> EngineUnits:
@@ -105,6 +114,9 @@ def engine_units(engine: str, profiles: Any = None) -> EngineUnits:
         defaults=dict(prof.defaults),
         context=m.get("context", "per_sequence"),
         reserve_gib=float(m.get("reserve_gib", 0.5)),
+        model=m.get("model"),
+        profile=m.get("profile", "own"),
+        activations=m.get("activations", "in_rest"),
     )
 
 
@@ -884,11 +896,11 @@ def version_tuple(version: str | None) -> tuple[int, int, int] | None:
 
 
 def engine_defaults(
-    engine: str, version: str | None, total_gib: float, gpu_name: str | None
+    units: EngineUnits, version: str | None, total_gib: float, gpu_name: str | None
 ) -> tuple[int, int, str]:
     """vLLM's V1 defaults for max_num_batched_tokens and max_num_seqs (the API server's): 8192
     and 1024 on GPUs of 70 GiB or more except the A100, else 2048 and 256; V0: 256 sequences."""
-    if engine == "vllm" and engine_generation(version) == "v0":
+    if units.model == "vllm" and engine_generation(version) == "v0":
         return 2048, 256, "V0"
     big = total_gib >= 70 and "a100" not in (gpu_name or "").lower()
     where = f"a {round(total_gib, 1):g} GiB GPU" + (f" ({gpu_name})" if gpu_name else "")
@@ -896,16 +908,16 @@ def engine_defaults(
 
 
 def activation_gib(
-    s: ModelShape, batched_tokens: int, seqs: int, tp: int, engine: str = "vllm", version: str | None = None
+    s: ModelShape, batched_tokens: int, seqs: int, tp: int, units: EngineUnits, version: str | None = None
 ) -> float:
     """The activation peak of the profiling pass: the dummy batch's forward pass plus the dummy
     sampler run on min(max_num_seqs, batched tokens) sequences (see SAMPLER_COPIES)."""
     per_token = (3 * s.mlp_width + 3 * s.hidden) * s.dtype_bytes / tp
     forward = batched_tokens * per_token
     logits = min(seqs, batched_tokens) * s.vocab * 4  # gathered over TP: the whole vocabulary
-    text = forward + logits * SAMPLER_COPIES[_sampler_kind(engine, version)]
+    text = forward + logits * SAMPLER_COPIES[_sampler_kind(units, version)]
     vh, vi, patches = s.vision
-    if engine in ("vllm", "generic") and patches:
+    if units.profile == "dummy_batch" and patches:
         # the encoder is profiled on its own, on dummy images of the largest size (vllm-419:
         # Qwen2-VL's 32-layer ViT, 65,536 patches: 2.65 GiB, more than the text pass)
         encoder = patches * (3 * vi + 4 * vh) * s.dtype_bytes / tp
@@ -913,17 +925,17 @@ def activation_gib(
     return text / GIB
 
 
-def _sampler_kind(engine: str, version: str | None) -> str:
-    if engine not in ("vllm", "generic") or engine_generation(version) == "v0":
+def _sampler_kind(units: EngineUnits, version: str | None) -> str:
+    if units.profile != "dummy_batch" or engine_generation(version) == "v0":
         return "one"
     v = version_tuple(version)
     return "v1-sorting" if v is not None and v < (0, 12) else "v1"
 
 
-def overhead_gib(engine: str, version: str | None, shards: int, seqs: int, eager: bool) -> float:
+def overhead_gib(units: EngineUnits, version: str | None, shards: int, seqs: int, eager: bool) -> float:
     """Non-torch memory (and, from vLLM 0.21, the CUDA graphs) the engine subtracts before the KV
     cache. The generic engine keeps the seed guide's CUDA context + allocator slack."""
-    if engine != "vllm":
+    if units.model != "vllm":
         return 0.75 + (0.5 if shards > 1 else 0.0)
     gen = engine_generation(version) or "v1"
     v = version_tuple(version)
@@ -971,16 +983,16 @@ def plan(
         default_seqs = int(units.defaults.get("max_num_seqs") or 1)
     else:
         length = int(max_model_len or s.max_position or 4096)
-        _, default_seqs, _ = engine_defaults(engine, engine_version, gpu_total_gib, gpu_name)
-        if engine not in ("vllm", "generic") and units.defaults.get("max_num_seqs"):
+        _, default_seqs, _ = engine_defaults(units, engine_version, gpu_total_gib, gpu_name)
+        if units.profile != "dummy_batch" and units.defaults.get("max_num_seqs"):
             default_seqs = int(units.defaults["max_num_seqs"])
     seqs = max_num_seqs or default_seqs
-    own_batch = units.defaults.get("max_num_batched_tokens") if engine not in ("vllm", "generic") else None
+    own_batch = units.defaults.get("max_num_batched_tokens") if units.profile != "dummy_batch" else None
     if own_batch and not max_num_batched_tokens:
         batched, batched_why = int(own_batch), f"{engine}: {own_batch} tokens a prefill step (its default)"
     else:
         batched, batched_why = profiled_tokens(
-            engine, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib, gpu_name
+            units, engine_version, chunked_prefill, max_num_batched_tokens, length, gpu_total_gib, gpu_name
         )
     base = Plan(
         s,
@@ -1038,7 +1050,7 @@ def engine_generation(version: str | None) -> str | None:
 
 
 def profiled_tokens(
-    engine: str,
+    units: EngineUnits,
     version: str | None,
     chunked: bool | None,
     given: int | None,
@@ -1051,7 +1063,7 @@ def profiled_tokens(
     if given:
         return given, f"activation peak for max_num_batched_tokens={given} (given)"
     gen = engine_generation(version)
-    if engine == "vllm" and gen == "v0":
+    if units.model == "vllm" and gen == "v0":
         on = chunked if chunked is not None else length > 32768  # the API server's V0 default
         if not on:
             # V0 without chunked prefill: one prefill of a whole max-length prompt
@@ -1061,7 +1073,7 @@ def profiled_tokens(
                 f"V0 without chunked prefill: the profiled batch is max(max_model_len, 2048) = {n} tokens",
             )
         return 2048, "V0 with chunked prefill: the profiled batch is 2048 tokens (assumed)"
-    n, _, where = engine_defaults(engine, version, total_gib, gpu_name)
+    n, _, where = engine_defaults(units, version, total_gib, gpu_name)
     src = f"engine {gen}" if gen else "V1 assumed (give --engine-version for V0)"
     return n, f"{src}: max_num_batched_tokens defaults to {n} on {where}"
 
@@ -1071,7 +1083,7 @@ def _outside_share(p: Plan, kind: str) -> tuple[float, float] | None:
     else must fit there besides the activations); None for the others."""
     if kind == "free_static":  # SGLang: (1 − mem_fraction_static) of the free memory
         return (1 - p.util) * (p.gpu_total_gib - p.used_gib), p.overhead_gib
-    if kind == "free_after_weights" and p.engine == "lmdeploy":  # of what the weights left
+    if kind == "free_after_weights" and p.units.activations == "in_rest":  # of what the weights left
         return (1 - p.util) * (p.gpu_total_gib - p.used_gib - p.weights_gib_per_gpu - p.overhead_gib), 0.0
     return None
 
@@ -1166,8 +1178,8 @@ def _evaluate(p: Plan) -> Plan:
     stages = stage_weight_bytes(s, pp)
     padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
     p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
-    p.activation_gib = activation_gib(s, batched, seqs, tp, engine, p.engine_version)
-    p.overhead_gib = overhead_gib(engine, p.engine_version, shards, seqs, p.eager)
+    p.activation_gib = activation_gib(s, batched, seqs, tp, p.units, p.engine_version)
+    p.overhead_gib = overhead_gib(p.units, p.engine_version, shards, seqs, p.eager)
     # SGLang: activations, CUDA graphs and the CUDA context live in the share outside the static
     # fraction (not subtracted from the pool, but they must fit there)
     share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization')} {util}"
@@ -1178,7 +1190,7 @@ def _evaluate(p: Plan) -> Plan:
             return (total - used) * util - stage_weights_gib
         if kind == "free_after_weights":
             after = total - used - stage_weights_gib - p.overhead_gib
-            if engine in ("trtllm", "tgi"):  # activation buffers are taken before the share
+            if p.units.activations == "before_share":  # activation buffers are taken before the share
                 return util * (after - p.activation_gib)
             return util * after  # LMDeploy: activations live in the rest
         return total * util - used - p.activation_gib - p.overhead_gib - stage_weights_gib
@@ -1190,7 +1202,11 @@ def _evaluate(p: Plan) -> Plan:
     elif kind == "free_after_weights":
         p.assumptions.append(
             f"{engine}: KV cache = {share} × the memory free after the weights"
-            + (" and activation buffers" if engine in ("trtllm", "tgi") else "; activations use the rest")
+            + (
+                " and activation buffers"
+                if p.units.activations == "before_share"
+                else "; activations use the rest"
+            )
         )
     else:
         p.assumptions.append(
@@ -1200,7 +1216,12 @@ def _evaluate(p: Plan) -> Plan:
     p.kv_gib_per_gpu = kv_room(p.weights_gib_per_gpu)
     # what the weights may take before nothing is left for the KV cache
     if kind == "free_after_weights":
-        budget = total - used - p.overhead_gib - (p.activation_gib if engine in ("trtllm", "tgi") else 0.0)
+        budget = (
+            total
+            - used
+            - p.overhead_gib
+            - (p.activation_gib if p.units.activations == "before_share" else 0.0)
+        )
     else:
         budget = p.kv_gib_per_gpu + p.weights_gib_per_gpu
     p.weights_room_gib = budget

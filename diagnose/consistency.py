@@ -25,14 +25,20 @@ import math
 from .model import Finding
 from .settings import value_in_force
 
+
+def as_int(v: object) -> int | None:
+    try:
+        return int(v)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
+
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from .engines import Profiles
     from .matcher import ScanResult
-
-V0_BLOCK_SIZE = 16  # vLLM's default --block-size
 
 
 def _finding(
@@ -93,10 +99,9 @@ def check(
             )
         ]
     max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
-    if engine == "vllm" and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs:
-        block_size = int(
-            value_in_force("block_size", launch, profiles, engine, observed=obs) or V0_BLOCK_SIZE
-        )
+    # a block count without the tokens (vLLM V0): the block size in force (its profile's default)
+    block_size = as_int(value_in_force("block_size", launch, profiles, engine, observed=obs))
+    if block_size and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs:
         tokens = blocks * block_size
         if tokens < max_len:
             return [
@@ -111,7 +116,8 @@ def check(
                 )
             ]
     start, after = obs.get("free_start_gib"), obs.get("free_after_weights_gib")
-    if engine == "sglang" and isinstance(start, float | int) and isinstance(after, float | int) and start > 0:
+    static = profiles.get(engine).memory.get("kv_budget") == "free_static"  # SGLang's static pool
+    if static and isinstance(start, float | int) and isinstance(after, float | int) and start > 0:
         fraction = value_in_force("gpu_memory_utilization", launch, profiles, engine, observed=obs)
         try:
             mfs = float(fraction)

@@ -48,7 +48,14 @@ KV_BUDGETS = {
     "free_after_weights": "a share of what is free after the weights (and buffers) is the KV cache (LMDeploy, TensorRT-LLM)",
     "layers": "layers offloaded to the GPU and the context's KV cache beside them (Ollama, llama.cpp)",
 }
-MEMORY_KEYS = {"kv_budget", "package", "launch", "context", "reserve_gib"}
+MEMORY_KEYS = {"kv_budget", "package", "launch", "context", "reserve_gib", "model", "profile", "activations"}
+# the closed choices of a profile's memory section (budget.EngineUnits says what each means)
+MEMORY_CHOICES = {
+    "context": ("per_sequence", "shared"),
+    "model": ("vllm",),
+    "profile": ("own", "dummy_batch"),
+    "activations": ("in_rest", "before_share"),
+}
 # What a stats line can say (serving.py reads them): a share is 0..1 (`scale` turns a percent into one).
 SERIES_FIELDS = {
     "prompt_tps": "prompt tokens per second",
@@ -329,8 +336,9 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
         raise RuleError(
             path, engine, "memory.kv_budget", f"{memory['kv_budget']!r} is not one of {', '.join(KV_BUDGETS)}"
         )
-    if memory.get("context", "per_sequence") not in ("per_sequence", "shared"):
-        raise RuleError(path, engine, "memory.context", "per_sequence or shared")
+    for k, choices in MEMORY_CHOICES.items():
+        if k in memory and memory[k] not in choices:
+            raise RuleError(path, engine, f"memory.{k}", f"{memory[k]!r} is not one of {', '.join(choices)}")
     if "reserve_gib" in memory:
         try:
             float(memory["reserve_gib"])

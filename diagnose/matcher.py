@@ -665,7 +665,8 @@ class Scanner:
         if m is None:
             return
         if what == "variants":
-            self.variant_scores[mk.variant or ""] += mk.weight
+            key = f"{mk.engine}/{mk.variant or ''}"  # a variant is its engine's (vLLM's v0/v1)
+            self.variant_scores[key] += mk.weight
             if max(self.variant_scores.values()) >= VARIANT_DECIDED:
                 self._retire_all(lambda x: x.what == "variants")
         elif what == "version":

@@ -103,6 +103,7 @@ def fill_template(text: str, facts: dict[str, object]) -> str:
 
     return TEMPLATE_RE.sub(one, text)
 
+
 # The situations an ordered list of candidate changes is kept for (rules/advice/advice.yaml
 # `steps`, and an engine profile's own `advice:` table).
 ADVICE_SITUATIONS = ("oom.startup", "oom.startup.graphs", "oom.startup.profiling", "oom.runtime")

@@ -151,7 +151,7 @@ def preflight(
 
     units = engine_units(engine, profiles)
     version = engine_version or installed_version(profiles, engine)
-    if version and engine == "vllm":
+    if version and units.model == "vllm":
         notes.append(
             f"vLLM {version}"
             + (" (given)" if engine_version else " (installed here)")
@@ -173,7 +173,7 @@ def preflight(
             str(launch.get("kv_cache_dtype") or "auto"),
             engine,
             gpu_name=gpu_name,
-            engine_version=version if engine == "vllm" else None,
+            engine_version=version if units.model == "vllm" else None,
             chunked_prefill=_bool_or_none(launch.get("enable_chunked_prefill")),
             eager=bool(_bool_or_none(launch.get("enforce_eager"))),
             units=units,
@@ -282,7 +282,7 @@ def preflight(
                 f"the budget leaves {p.kv_gib_per_gpu:.1f} GiB per GPU for the KV cache",
                 p.max_model_len,
             )
-        if used_gib > 0 and engine != "sglang":
+        if used_gib > 0 and units.kv_budget != "free_static":  # a share of free memory counts the others
             free_frac = (total_gib - used_gib) / total_gib
             if util > free_frac:
                 to = math.floor(free_frac / 0.05) * 0.05

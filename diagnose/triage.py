@@ -39,8 +39,9 @@ def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
         info = EngineInfo(name=name, reason=result.engine_reason.get(name))
     else:
         info = EngineInfo(name="generic", reason="no engine-specific line found")
-    if info.name == "vllm" and result.variant_scores:
-        info.variant = max(result.variant_scores.items(), key=lambda kv: kv[1])[0] or None
+    own = {k.partition("/")[2]: v for k, v in result.variant_scores.items() if k.startswith(info.name + "/")}
+    if own:
+        info.variant = max(own.items(), key=lambda kv: kv[1])[0] or None
     info.version = result.version
     said = (result.observed.get(k) for k in PLATFORM_KEYS)
     info.platform = next((p for p in map(platform_of, said) if p), None)

@@ -386,7 +386,7 @@ def test_the_activation_peak_follows_the_engine_generation():  # type: ignore[no
     (the activation peak grows with max_model_len); V1 profiles max_num_batched_tokens; up to 0.11
     the sorting dummy sampler holds 8.5 copies of the logits, later ones fewer; from 0.21 CUDA
     graphs are subtracted unless eager."""
-    from diagnose.budget import activation_gib, engine_generation, overhead_gib
+    from diagnose.budget import activation_gib, engine_generation, engine_units, overhead_gib
 
     s = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json")))
     v0 = plan(s, 1, 23.69, tp=1, max_model_len=8192, engine_version="0.4.1")
@@ -396,11 +396,15 @@ def test_the_activation_peak_follows_the_engine_generation():  # type: ignore[no
     assert v0_long.activation_gib > 3 * v0.activation_gib
     v1 = plan(s, 1, 23.69, tp=1, max_model_len=8192, engine_version="0.17.1")
     assert v1.max_num_batched_tokens == 2048 and v1.kv_tokens > v0.kv_tokens * 1.07
-    assert activation_gib(s, 8192, 1024, 1, "vllm", "0.10.2") > 2 * activation_gib(
-        s, 8192, 1024, 1, "vllm", "0.17.1"
+    assert activation_gib(s, 8192, 1024, 1, engine_units("vllm"), "0.10.2") > 2 * activation_gib(
+        s, 8192, 1024, 1, engine_units("vllm"), "0.17.1"
     )
-    assert overhead_gib("vllm", "0.22.1", 1, 256, False) > overhead_gib("vllm", "0.22.1", 1, 256, True)
-    assert overhead_gib("vllm", "0.17.1", 1, 256, False) == overhead_gib("vllm", "0.17.1", 1, 256, True)
+    assert overhead_gib(engine_units("vllm"), "0.22.1", 1, 256, False) > overhead_gib(
+        engine_units("vllm"), "0.22.1", 1, 256, True
+    )
+    assert overhead_gib(engine_units("vllm"), "0.17.1", 1, 256, False) == overhead_gib(
+        engine_units("vllm"), "0.17.1", 1, 256, True
+    )
     h100 = plan(s, 1, 79.18, tp=1, gpu_name="NVIDIA H100 80GB HBM3")
     a100 = plan(s, 1, 79.25, tp=1, gpu_name="NVIDIA A100-SXM4-80GB")
     assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)
@@ -473,14 +477,18 @@ def test_the_vision_encoders_profiling_peak():  # type: ignore[no-untyped-def]
     Qwen2-VL-7B's config carries the same ViT (embed_dim 1280, depth 32, mlp_ratio 4)."""
     import dataclasses
 
-    from diagnose.budget import activation_gib
+    from diagnose.budget import activation_gib, engine_units
 
     s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen2-VL-7B-Instruct.json")))
     assert s.vision == (1280, 5120, 65536)
-    with_encoder = activation_gib(s, 2048, 256, 1, "vllm", "0.10.2")
-    text_only = activation_gib(dataclasses.replace(s, vision=(0, 0, 0)), 2048, 256, 1, "vllm", "0.10.2")
+    with_encoder = activation_gib(s, 2048, 256, 1, engine_units("vllm"), "0.10.2")
+    text_only = activation_gib(
+        dataclasses.replace(s, vision=(0, 0, 0)), 2048, 256, 1, engine_units("vllm"), "0.10.2"
+    )
     assert with_encoder == pytest.approx(2.65, rel=0.10) and with_encoder > text_only
-    assert activation_gib(s, 2048, 256, 1, "sglang", None) < with_encoder  # SGLang does not profile it
+    assert (
+        activation_gib(s, 2048, 256, 1, engine_units("sglang"), None) < with_encoder
+    )  # SGLang does not profile it
 
 
 @pytest.mark.skipif(not LOGS.is_dir(), reason="../shared/real-logs is not here")

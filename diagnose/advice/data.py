@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-
 @dataclass(slots=True, frozen=True)
 class AdviceData:
     steps: dict[str, list[dict[str, Any]]]  # situation -> ordered {param, note?, above?}

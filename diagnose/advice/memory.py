@@ -174,7 +174,7 @@ def tp_from_budget(a: Advisor) -> None:
         return
     from ..budget import engine_units, plan
 
-    engine = a.ctx.engine if a.ctx.engine in a.ctx.profiles.by_engine else "vllm"
+    engine = a.ctx.engine if a.ctx.engine in a.ctx.profiles.by_engine else "generic"
     units = engine_units(engine, a.ctx.profiles)
     if units.kv_budget == "layers":
         return  # layer-offload engines have no parallel size: their advice is GPU layers
