@@ -16,7 +16,7 @@ from .layout import PREFIX_GROUPS, Layout
 from .model import OOM_PHASES, PHASES, Line
 from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
-from .shipped import builtin_rules_dir, yaml_files
+from .shipped import builtin_rules_dir, data_dirs, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -40,7 +40,11 @@ PROFILE_KEYS = {
     "units",
     "series",
     "memory",
+    "metrics",
 }
+# What the sweep reads from a server's /metrics: each key of one vocabulary, from the engine's
+# Prometheus sample names (summed over labels; kv_usage the fullest), or a ratio of two gauges
+METRIC_KEYS = ("waiting", "running", "kv_usage", "preemptions")
 # How an engine sizes its KV cache (`memory: kv_budget:`), which `plan` and `check` follow:
 KV_BUDGETS = {
     "total": "a share of the GPU's total memory holds weights, activations and the KV cache (vLLM)",
@@ -118,6 +122,8 @@ class Profile:
     # version is the engine's), launch (the command's head, `{model}` for the model)
     memory: dict[str, str] = field(default_factory=dict)
     prefixes: list[Any] = field(default_factory=list)  # the engine's line layouts (re.Pattern)
+    # Prometheus: vocabulary key -> sample names, or {"ratio": [numerator, denominator]}
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -250,6 +256,28 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
     return out
 
 
+def _metrics(raw: Any, path: str, engine: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RuleError(path, engine, "metrics", f"must map {', '.join(METRIC_KEYS)} to sample names")
+    for key, names in raw.items():
+        if key not in METRIC_KEYS:
+            raise RuleError(path, engine, f"metrics.{key}", f"unknown key (known: {', '.join(METRIC_KEYS)})")
+        ratio = names.get("ratio") if isinstance(names, dict) else None
+        if isinstance(names, dict) and not (
+            isinstance(ratio, list) and len(ratio) == 2 and all(isinstance(n, str) and n for n in ratio)
+        ):
+            raise RuleError(path, engine, f"metrics.{key}.ratio", "two sample names: numerator, denominator")
+        if not isinstance(names, dict) and not (
+            isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)
+        ):
+            raise RuleError(
+                path, engine, f"metrics.{key}", "a list of Prometheus sample names, or {ratio: [a, b]}"
+            )
+    return dict(raw)
+
+
 def _advice_table(raw: Any, path: str, engine: str) -> dict[str, list[dict[str, Any]]]:
     """The engine's own order of candidates per situation (rules/advice/advice.yaml `steps` keys)."""
     from .params import ADVICE_SITUATIONS, CANONICAL_PARAMS
@@ -315,6 +343,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
             raise RuleError(path, engine, key, "must be a mapping")
         setattr(prof, key, dict(v))
     prof.advice = _advice_table(data.get("advice"), path, engine)
+    prof.metrics = _metrics(data.get("metrics"), path, engine)
     for i, raw in enumerate(data.get("series") or []):
         try:
             prof.series.append(_series_marker(raw, path, engine, i, trusted, shipped))
@@ -419,10 +448,15 @@ class Profiles:
     def series(self) -> list[SeriesMarker]:
         return [s for p in self.by_engine.values() for s in p.series]
 
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every engine's /metrics vocabulary (the sweep does not know which engine answers)."""
+        return [p.metrics for _, p in sorted(self.by_engine.items()) if p.metrics]
+
 
 def load_profiles(extra_dirs: list[str] | None = None) -> Profiles:
     dirs = [os.path.join(builtin_rules_dir(), "engines")]
-    dirs += [os.path.join(os.path.normpath(d), "engines") for d in extra_dirs or []]
+    dirs += [os.path.join(d, "engines") for d in data_dirs(extra_dirs)]
     out: dict[str, Profile] = {}
     problems: list[str] = []
     cache = data_cache()

@@ -12,7 +12,6 @@ persisted state of an online miner like Drain3 (whose last release is from 2022)
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import re
@@ -336,29 +335,21 @@ def similarity(
 # --- writing --------------------------------------------------------------------------------
 
 
-class locked:
-    """An exclusive lock on the store: concurrent `kb add` runs take turns, none is lost.
-    (A class, not a contextlib generator: contextlib would load on every scan.)"""
+def locked(store: str) -> Any:
+    """An exclusive lock on the store (filelock: the same on Linux, macOS and Windows):
+    concurrent `kb add` runs take turns, none is lost."""
+    from filelock import FileLock  # only a write to the store pays for it
 
-    def __init__(self, store: str):
-        if os.path.exists(store) and not os.path.isdir(store):
-            raise InputError(
-                f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file"
-            )
-        try:
-            os.makedirs(store, exist_ok=True)
-            self._lf = open(os.path.join(store, ".lock"), "a+")  # noqa: SIM115 - closed in __exit__
-        except OSError as e:
-            raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
-
-    def __enter__(self) -> None:
-        fcntl.flock(self._lf, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            fcntl.flock(self._lf, fcntl.LOCK_UN)
-        finally:
-            self._lf.close()
+    if os.path.exists(store) and not os.path.isdir(store):
+        raise InputError(f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file")
+    try:
+        os.makedirs(store, exist_ok=True)
+        lock = FileLock(os.path.join(store, ".lock"))
+        lock.acquire()
+    except OSError as e:
+        raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
+    lock.release()  # it opens and writes: now taken for real by the `with`
+    return lock
 
 
 def next_id(store: str) -> str:

@@ -13,7 +13,7 @@ from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .params import TEMPLATE_RE, param_problem
 from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
-from .shipped import builtin_rules_dir, yaml_files
+from .shipped import builtin_rules_dir, data_dirs, yaml_files
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -281,11 +281,7 @@ def load_rules(
     builtin = builtin_rules_dir()
     if include_builtin:
         dirs.append(builtin)
-    for d in extra_dirs or []:
-        dirs.append(os.path.normpath(d))
-    env = os.environ.get("DIAGNOSE_RULES")
-    if env:
-        dirs.extend(os.path.normpath(p) for p in env.split(os.pathsep) if p)
+    dirs.extend(data_dirs(extra_dirs))
     rules: list[Rule] = []
     problems: list[str] = []
     seen: dict[str, str] = {}

@@ -21,3 +21,13 @@ def yaml_files(directory: str) -> list[str]:
         return []
     paths = (os.path.join(directory, n) for n in names if n.endswith((".yaml", ".yml")) and n[0] != ".")
     return sorted(p for p in paths if os.path.isfile(p))
+
+
+def data_dirs(extra_dirs: list[str] | None = None) -> list[str]:
+    """The user's rule directories: `--rules DIR` (each), then DIAGNOSE_RULES (os.pathsep-separated).
+    Rules are read from each, engine profiles from each one's engines/ folder."""
+    dirs = [os.path.normpath(d) for d in extra_dirs or []]
+    env = os.environ.get("DIAGNOSE_RULES")
+    if env:
+        dirs.extend(os.path.normpath(p) for p in env.split(os.pathsep) if p)
+    return dirs

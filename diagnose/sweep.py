@@ -30,23 +30,6 @@ METRICS_EVERY_S = 0.1  # /metrics is a cheap read; a step may last under a secon
 KV_FULL = 0.9
 KV_SPARE = 0.8
 
-# Prometheus names of the engines (vLLM V0/V1, SGLang, TGI's router), mapped to one vocabulary
-METRIC_NAMES = {
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:num_requests_running": "running",
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:gpu_cache_usage_perc": "kv_usage",
-    "vllm:num_preemptions_total": "preemptions",
-    "vllm:num_preemptions": "preemptions",
-    "sglang:num_queue_reqs": "waiting",
-    "sglang:num_running_reqs": "running",
-    "sglang:token_usage": "kv_usage",
-    "tgi_queue_size": "waiting",
-    "tgi_batch_current_size": "running",
-}
-# TGI has no KV-usage gauge: the tokens the running batch may reach over the token budget
-TGI_TOKENS, TGI_BUDGET = "tgi_batch_current_max_tokens", "tgi_batch_max_total_tokens"
-
 
 @dataclass
 class Step:
@@ -100,36 +83,40 @@ def percentile(vals: list[float], q: float) -> float | None:
     return s[k]
 
 
-def read_metrics(text: str) -> dict[str, float]:
-    """The engine gauges we know from Prometheus text (labels summed over, e.g. per engine)."""
+def read_metrics(text: str, vocabularies: list[dict[str, Any]]) -> dict[str, float]:
+    """The engine gauges the profiles name (`metrics:` in rules/engines/*.yaml), read from
+    Prometheus text with prometheus_client's parser: a gauge summed over its labels (per-engine
+    series of one server), KV usage the fullest one; {} when the text is not Prometheus's."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                samples.setdefault(s.name, []).append(float(s.value))
+    except (ValueError, TypeError, IndexError):
+        return {}
     out: dict[str, float] = {}
-    tgi: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value = line.rpartition(" ")
-        name = name_part.split("{", 1)[0].strip()
-        key = METRIC_NAMES.get(name) or (name if name in (TGI_TOKENS, TGI_BUDGET) else None)
-        if key is None:
-            continue
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        if key in (TGI_TOKENS, TGI_BUDGET):
-            tgi[key] = v
-        else:
-            out[key] = out.get(key, 0.0) + v
-    if tgi.get(TGI_BUDGET) and TGI_TOKENS in tgi:
-        out["kv_usage"] = tgi[TGI_TOKENS] / tgi[TGI_BUDGET]
+    for vocabulary in vocabularies:
+        for key, names in vocabulary.items():
+            if isinstance(names, dict):  # a ratio of two gauges (TGI: batch tokens over the budget)
+                num, den = (sum(samples.get(n, [])) for n in names["ratio"])
+                if den and names["ratio"][0] in samples:
+                    out[key] = num / den
+                continue
+            values = [v for n in names for v in samples.get(n, [])]
+            if values and key == "kv_usage":
+                out[key] = max(out.get(key, 0.0), *values)
+            elif values:
+                out[key] = out.get(key, 0.0) + sum(values)
     return out
 
 
 class MetricsSampler:
     """Polls /metrics in a thread while a step runs; keeps each gauge's maximum."""
 
-    def __init__(self, client: httpx.Client, url: str) -> None:
-        self.client, self.url = client, url
+    def __init__(self, client: httpx.Client, url: str, vocabularies: list[dict[str, Any]]) -> None:
+        self.client, self.url, self.vocabularies = client, url, vocabularies
         self.available = True
         self.maxima: dict[str, float] = {}
         self.first: dict[str, float] = {}
@@ -145,7 +132,7 @@ class MetricsSampler:
         if r.status_code != 200:
             self.available = False
             return
-        for k, v in read_metrics(r.text).items():
+        for k, v in read_metrics(r.text, self.vocabularies).items():
             self.first.setdefault(k, v)
             self.maxima[k] = max(v, self.maxima.get(k, v))
 
@@ -216,8 +203,14 @@ def run_sweep(
     timeouts: Timeouts | None = None,
     headers: dict[str, str] | None = None,
     progress: Any = None,
+    metrics: list[dict[str, Any]] | None = None,
 ) -> Sweep:
-    """Every level in turn; `progress(done, total, step)` after each request when given."""
+    """Every level in turn; `progress(done, total, step)` after each request when given.
+    `metrics`: the engines' /metrics vocabularies (the shipped profiles' when None)."""
+    if metrics is None:
+        from .engines import load_profiles
+
+        metrics = load_profiles().metrics
     t = timeouts or Timeouts()
     url = url.rstrip("/")
     sweep = Sweep()
@@ -232,7 +225,7 @@ def run_sweep(
     timeout = httpx.Timeout(connect=t.connect, read=t.first_byte, write=t.connect, pool=t.first_byte)
     done = 0
     with httpx.Client(timeout=timeout, trust_env=False, headers=headers or {}, limits=limits) as client:
-        sampler = MetricsSampler(client, url)
+        sampler = MetricsSampler(client, url, metrics)
         try:
             for c, n in plan:
                 if time.monotonic() > deadline:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from diagnose.engines import load_profiles
 from diagnose.errors import InputError
 from diagnose.sweep import compare_sweep, percentile, read_metrics, run_sweep, save_sweep
 
@@ -98,10 +99,10 @@ def test_read_metrics_knows_vllm_and_sglang_names():  # type: ignore[no-untyped-
         'sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.99\n'
         "process_resident_memory_bytes 1.2e+09\n"
     )
-    m = read_metrics(text)
+    m = read_metrics(text, load_profiles().metrics)
     assert m["waiting"] == 46.0  # per-engine gauges summed (and SGLang's queue)
     assert m["preemptions"] == 17.0
-    assert m["kv_usage"] == pytest.approx(0.93 + 0.99)
+    assert m["kv_usage"] == pytest.approx(0.99)  # the fullest: usage is no sum
 
 
 def test_read_metrics_knows_tgi_routers_gauges():  # type: ignore[no-untyped-def]
@@ -117,7 +118,11 @@ def test_read_metrics_knows_tgi_routers_gauges():  # type: ignore[no-untyped-def
         "tgi_batch_max_total_tokens 16000\n"
         "tgi_request_count 120\n"
     )
-    assert read_metrics(text) == {"waiting": 3.0, "running": 8.0, "kv_usage": 15000 / 16000}
+    assert read_metrics(text, load_profiles().metrics) == {
+        "waiting": 3.0,
+        "running": 8.0,
+        "kv_usage": 15000 / 16000,
+    }
 
 
 def test_percentile_is_nearest_rank():  # type: ignore[no-untyped-def]
@@ -225,3 +230,13 @@ def test_probe_flags_a_server_that_answers_in_a_loop():  # type: ignore[no-untyp
     assert bad.returncode == 1
     assert any(c["name"] == "output" and not c["ok"] for c in out["checks"])
     assert "degenerate" in out["cause"]["title"]
+
+
+def test_read_metrics_takes_the_value_not_the_timestamp():  # type: ignore[no-untyped-def]
+    # Prometheus text may end a sample with its timestamp in ms; the value is the one before it
+    text = 'vllm:num_requests_waiting{model_name="m"} 4 1712345678000\nvllm:num_requests_running 2\n'
+    assert read_metrics(text, load_profiles().metrics) == {"waiting": 4.0, "running": 2.0}
+
+
+def test_read_metrics_of_text_that_is_not_prometheus_is_empty():  # type: ignore[no-untyped-def]
+    assert read_metrics("<html>not found</html>\n{{{", load_profiles().metrics) == {}
