@@ -46,7 +46,7 @@ _CONSTS = {"None": None, "null": None, "True": True, "true": True, "False": Fals
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _ENUM = re.compile(r"<[^<>]*>")
 _BARE = re.compile(r"[^,()\[\]{}\s'\"][^,()\[\]{}]*")
-_ESCAPE = re.compile(r"\\([0-7]{3}|0|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[tnfr]|.)", re.DOTALL)
+_ESCAPE = re.compile(r"\\([0-7]{3}|0|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[tnfr]|.)", re.DOTALL)
 _WS_ESCAPES = {"t": "\t", "n": "\n", "f": "\f", "r": "\r"}
 _MAX_DEPTH = 200
 
@@ -59,8 +59,9 @@ def _unescape(m: re.Match[str]) -> str:
         return "\0"
     if len(g) == 3 and g.isdigit():
         return chr(int(g, 8))
-    if g[0] in "xu" and len(g) > 1:
-        return chr(int(g[1:], 16))
+    if g[0] in "xuU" and len(g) > 1:
+        n = int(g[1:], 16)
+        return chr(n) if n <= 0x10FFFF else m.group(0)
     return g
 
 
@@ -197,6 +198,36 @@ class _Reader:
 
     _ALTERNATIVES = (_string, _number, _const, _rust_struct, _call, _dict, _list, _tuple, _enum, _bare)
 
+    def opened_pairs(self, kind: str) -> list[tuple[str, Any]]:
+        """The complete pairs of a dump cut short before its closing bracket (a pasted excerpt
+        ending in "…"): each one read up to the comma after it, so a value the cut may have
+        shortened (the last one) is left out."""
+        if kind == "python_dict":
+            self._char("{")
+
+            def pair() -> tuple[str, Any]:
+                k = self.value()
+                self._char(":")
+                return str(k), self.value()
+
+        else:
+            self._take(_IDENT)
+            self._char("(" if kind == "python_call" else "{")
+
+            def pair() -> tuple[str, Any]:
+                k = self._take(_IDENT).group(0)
+                self._char("=" if kind == "python_call" else ":")
+                return k, self.value()
+
+        out: list[tuple[str, Any]] = []
+        while True:
+            try:
+                p = pair()
+                self._char(",")
+            except _NoMatch:
+                return out
+            out.append(p)
+
     def kwargs(self) -> list[tuple[str, Any]]:
         """kwarg (, kwarg)* [,] — as many as read; the rest of the line is ignored."""
         out = [self._kwarg()]
@@ -238,10 +269,13 @@ def read_dump(kind: str, text: str) -> dict[str, Any]:
             return {k: _unwrap(v) for k, v in reader.kwargs()}
         v = reader.value()
     except (_NoMatch, RecursionError):
-        return {}
-    if isinstance(v, dict):
-        return {str(k): _unwrap(x) for k, x in v.items() if k != "_"}
-    return {}
+        v = None
+    if not isinstance(v, dict):
+        try:  # cut short before its closing bracket: the pairs that are whole
+            v = dict(_Reader(text.expandtabs()).opened_pairs(kind))
+        except (_NoMatch, RecursionError):
+            return {}
+    return {str(k): _unwrap(x) for k, x in v.items() if k != "_"}
 
 
 def _parse_command_line(text: str) -> dict[str, Any]:
