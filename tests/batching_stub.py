@@ -18,11 +18,19 @@ from .openai_stub import JsonHandler, LoopbackServer
 
 
 class BatchingStub(LoopbackServer):
-    def __init__(self, slots: int = 4, base_s: float = 0.004, alpha: float = 0.05, limit: str = "kv"):
+    def __init__(
+        self,
+        slots: int = 4,
+        base_s: float = 0.004,
+        alpha: float = 0.05,
+        limit: str = "kv",
+        names: dict[str, str] | None = None,
+    ):
         self.slots = slots
         self.base_s = base_s
         self.alpha = alpha
         self.limit = limit
+        self.names = names
         self.slow = 1.0  # multiplies every delay: a regression after an "upgrade"
         self.text = "tok"  # the words it answers with: changes when the "kernels" change
         self.repeat = False  # answer one word again and again (a broken kernel's loop)
@@ -131,6 +139,9 @@ class BatchingStub(LoopbackServer):
     def metrics(self) -> str:
         share = self.running / self.slots
         kv = share * (0.99 if self.limit == "kv" else 0.3)
+        if self.names:  # another engine's sample names (a profile's `metrics:`), no labels
+            values = {"running": float(self.running), "waiting": float(self.waiting), "kv_usage": kv}
+            return "".join(f"{self.names[k]} {v}\n" for k, v in values.items() if k in self.names)
         return (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
             "# TYPE vllm:num_requests_running gauge\n"

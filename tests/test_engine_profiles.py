@@ -38,13 +38,31 @@ NINTH_PROFILE = textwrap.dedent("""\
         needles: ["Serving on http"]
         pattern: '^Serving on http'
         examples: ["<10:00:12|I|mistralrs_server> Serving on http://0.0.0.0:1234."]
+    launch:
+      - kind: command_line
+        needles: ["mistralrs-server"]
+        pattern: '(?:^|/)mistralrs-server\\b'
+        examples: ["mistralrs-server --port 1234 --max-seq-len 4096 plain -m mistralai/Mistral-7B-v0.1"]
     flags:
       gpu_memory_utilization: --pa-gpu-mem-usage
       max_model_len: --max-seq-len
       max_num_seqs: --max-seqs
+      tensor_parallel_size: --num-device-layers
+    names:
+      pa_gpu_mem_usage: gpu_memory_utilization
+      max_seq_len: max_model_len
+      max_seqs: max_num_seqs
+      m: model
     defaults:
       gpu_memory_utilization: 0.9
       max_num_seqs: 16
+    memory:
+      kv_budget: total
+      launch: "mistralrs-server plain -m {model}"
+    metrics:
+      running: ["mistralrs_running_requests"]
+      waiting: ["mistralrs_waiting_requests"]
+      kv_usage: ["mistralrs_kv_cache_usage"]
     """)
 
 NINTH_RULE = textwrap.dedent("""\
@@ -100,6 +118,58 @@ def test_a_ninth_engine_is_one_profile_and_its_rules(cli, ninth):
     assert b"mistralrs" in p.stdout and b"mistral.rs server" in p.stdout
     p = run([*cli, "rules", "show", "mistralrs", "--rules", str(rules)])
     assert p.returncode == 0 and b"--pa-gpu-mem-usage" in p.stdout and b"mistralrs.oom" in p.stdout
+
+
+def test_a_ninth_engine_plans_checks_and_sweeps_with_no_code(cli, ninth, tmp_path):
+    """plan, check and probe --sweep of the ninth engine read only its profile (DIAGNOSE_RULES)."""
+    import os
+
+    from .batching_stub import BatchingStub
+
+    rules, _log = ninth
+    env = {**os.environ, "DIAGNOSE_RULES": str(rules), "NO_COLOR": "1"}
+    config = FIXTURES / "configs" / "meta-llama-Meta-Llama-3.1-8B.json"
+    p = run(
+        [*cli, "plan", "--engine", "mistralrs", "--config", str(config), "--gpus", "1x80", "--json"], env=env
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["fits"] is True and doc["launch"].startswith("mistralrs-server plain -m")
+    assert "--max-seq-len" in doc["launch"] or "--pa-gpu-mem-usage" in doc["launch"]
+    model = tmp_path / "llama8b"
+    model.mkdir()
+    (model / "config.json").write_text(config.read_text())
+    p = run(
+        [
+            *cli,
+            "check",
+            "--gpus",
+            "1x24",
+            "--json",
+            "--",
+            "mistralrs-server",
+            "--max-seq-len",
+            "131072",
+            "plain",
+            "-m",
+            str(model),
+        ],
+        env=env,
+    )
+    doc = json.loads(p.stdout)
+    assert doc["engine"] == "mistralrs" and p.returncode == 1, p.stderr
+    changes = [pr["change"] for pr in doc["problems"] if pr["change"]]
+    assert any(c["flag"] == "--max-seq-len" for c in changes), changes
+    names = {
+        "running": "mistralrs_running_requests",
+        "waiting": "mistralrs_waiting_requests",
+        "kv_usage": "mistralrs_kv_cache_usage",
+    }
+    with BatchingStub(slots=4, limit="kv", names=names) as stub:
+        p = run([*cli, "probe", stub.url, "--sweep", "1,2,4,8", "--max-tokens", "16", "--json"], env=env)
+    doc = json.loads(p.stdout)
+    steps = doc["sweep"]["steps"]
+    assert steps[-1]["metrics"]["running"] == 4 and steps[-1]["metrics"]["kv_usage"] > 0.5, steps[-1]
 
 
 def test_a_rule_for_an_engine_with_no_profile_is_named(cli, tmp_path):
