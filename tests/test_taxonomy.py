@@ -136,6 +136,8 @@ def test_a_new_class_is_data_only_end_to_end(tmp_path):
     assert primary["class"] == "host_oom" and primary["layer"] == "memory", primary
     first = doc["advice"][0]
     assert (
-        first["param"] == "env:VLLM_CPU_KVCACHE_SPACE" and first["verify"] == "dmesg shows no OOM-killer line"
+        first["param"] == "swap_space"
+        and first["flag"] == "--swap-space"
+        and first["verify"] == "dmesg shows no OOM-killer line"
     )
     assert "61234567 kB" in first["why"]
