@@ -84,7 +84,7 @@ class LiveSession:
         self.scanner.feed(block)
         self.lines = self.scanner.lineno
         now = self.clock()
-        for m in self.scanner.timeline:
+        for m in self.scanner.server.timeline:
             if m.phase not in self.phase_seen:
                 self.phase_seen[m.phase] = now
                 self.progress_at = now
@@ -110,14 +110,14 @@ class LiveSession:
         """After new input or an idle tick: is there a verdict yet?"""
         now = self.clock()
         self.scanner.apply_observed()
-        done = self.scanner.observed.get("shards_done")
+        done = self.scanner.server.observed.get("shards_done")
         if isinstance(done, int) and done > self._load_done:
             self._load_done = done  # weights still arriving: progress, not a hang
             self.progress_at = now
         d = self.diagnosis(final=final)
         if d.status == "failed":
             p = d.primary
-            settled = p is not None and not p.consequence and self.scanner.open_tracebacks == 0
+            settled = p is not None and not p.consequence and not self.scanner.tbs.open
             if self.fatal_since is None:
                 self.fatal_since = now
             if final or settled or now - self.fatal_since >= CAUSE_GRACE_S:
@@ -134,7 +134,7 @@ class LiveSession:
         return None
 
     def hang_finding(self, phase: str, stuck: float, budget: float) -> Finding:
-        mark = next((m for m in self.scanner.timeline if m.phase == phase), None)
+        mark = next((m for m in self.scanner.server.timeline if m.phase == phase), None)
         return Finding(
             rule="live.hang",
             cls="hang",
@@ -180,7 +180,7 @@ class LiveSession:
                 Text(f"{now - self.started:.0f} s", style="cyan"),
             )
         parts: list[Any] = [table]
-        obs = self.scanner.observed
+        obs = self.scanner.server.observed
         if obs.get("shards_total"):
             parts.append(
                 Text(

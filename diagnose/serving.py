@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from .clock import seconds
 
@@ -78,6 +79,41 @@ class SeriesSampler:
     def last(self, source: str, line: int, raw: bytes) -> None:
         """The latest stats line so far (kept whatever the stride: the state the log ends in)."""
         self.latest = (source, line, raw[:LINE_MAX])
+
+    def collect(self, block: bytes, base: int, source: str, needles: list[bytes]) -> None:
+        """Count every stats line of the block (`base`: the lines before it); read the line
+        number and bytes only of those the sample keeps, and of the block's latest (a serving
+        log is one stats line in ten)."""
+        hits: list[int] = []
+        wordings = 0
+        for needle in needles:
+            at = block.find(needle)
+            wordings += at >= 0
+            while at >= 0:  # one hit per line (vLLM V0 says "KV cache usage:" for GPU and CPU)
+                hits.append(at)
+                nl = block.find(b"\n", at)
+                at = block.find(needle, nl) if nl >= 0 else -1
+        if not hits:
+            return
+        if wordings > 1:  # several wordings in the block: the log's order, one point per line
+            hits.sort()
+            hits = [hits[0]] + [b for a, b in pairwise(hits) if block.find(b"\n", a, b) >= 0]
+        n = len(block)
+        counted, line = 0, base
+
+        def read(at: int) -> tuple[int, bytes]:
+            nonlocal counted, line
+            start = block.rfind(b"\n", 0, at) + 1
+            line += block.count(b"\n", counted, start)
+            counted = start
+            nl = block.find(b"\n", at)
+            return line + 1, block[start : n if nl < 0 else nl]
+
+        for at in hits:
+            if self.take():
+                self.keep(source, *read(at))
+        number, raw = read(hits[-1])
+        self.last(source, number, raw)
 
     def snapshot(self) -> list[tuple[str, int, bytes]]:
         out = list(self.points)

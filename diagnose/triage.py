@@ -8,7 +8,8 @@ from dataclasses import replace
 from . import from_sources
 from .clock import seconds
 from .engines import Profiles
-from .matcher import RecordedHit, ScanResult
+from .hitbook import RecordedHit
+from .matcher import ScanResult
 from .model import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
 from .taxonomy import TAXONOMY
 

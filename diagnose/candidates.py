@@ -1,0 +1,179 @@
+"""Which lines of a block are worth decoding: one index of every live literal needle (rules,
+markers, traceback shapes), markers retired once they can tell nothing new, and the stats
+lines found with one rfind per block instead of the index.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from .engines import Marker, Profiles
+from .needles import make_index
+from .rules import Rule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# Needles that only shape tracebacks or count error-looking lines (no rule behind them).
+STRUCTURE_NEEDLES = [
+    "Traceback (most recent call last)",
+    'File "',
+    "Error",
+    "Exception",
+    "Exit",
+    "Interrupt",
+    "ERROR",
+    "CRITICAL",
+    "FATAL",
+]
+DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log: scanning speed wins)
+# Retired needles stay in the index until they have cost this many needless candidate lines:
+# then a rebuild (about a millisecond) pays for itself, and the rest of the block is searched again.
+REFIND_AFTER = 64
+
+
+def _observe_only(handlers: list[Any]) -> bool:
+    return bool(handlers) and all(
+        getattr(h, "what", "") == "observe" and getattr(h, "repeat", False) for h in handlers
+    )
+
+
+class Candidates:
+    def __init__(self, rules: list[Rule], profiles: Profiles):
+        self.markers = profiles.markers
+        by_needle: dict[str, list[Any]] = defaultdict(list)
+        for r in rules:
+            for n in r.needles:
+                by_needle[n].append(r)
+        for m in self.markers:
+            for n in m.needles:
+                by_needle[n].append(m)
+        for n in STRUCTURE_NEEDLES:
+            by_needle.setdefault(n, [])
+        self.by_needle = dict(by_needle)
+        # Needles only recurring stats lines carry (KV usage, decode batches): only the latest
+        # one in a block matters, so they are found with one rfind per block, not the index.
+        self._observe_only = {n for n, hs in self.by_needle.items() if _observe_only(hs)}
+        self.latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
+        # markers first (a line that is both a phase marker and an error happened in that
+        # phase), then rules, each in file order so results do not depend on set order
+        self._order = {id(m): i for i, m in enumerate(self.markers)}
+        self._order.update({id(r): 10_000 + i for i, r in enumerate(rules)})
+        # Markers stop being searched once they can tell nothing new (a phase already
+        # reached, an engine already decided): a long serving log then has few candidates.
+        self.retired: set[int] = set()
+        self.dirty = True
+        self._index: Any = None
+        self.needles: list[str] = []  # the index's needles, by the ids its matches carry
+        self._observe_live: list[str] = []
+        self._fed = 0  # bytes fed so far
+        self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
+        self.wasted = 0  # candidate lines since the last build that only retired needles brought
+        self.lacking = False  # revived handlers whose needles the index no longer holds
+        self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
+
+    # --- the index -------------------------------------------------------------------------
+
+    def stale(self) -> bool:
+        return (
+            self._index is None
+            or self.lacking
+            or (self.dirty and self.wasted >= REFIND_AFTER)
+            or (not self._dfa and self._fed >= DFA_AFTER)
+        )
+
+    def refind_now(self) -> bool:
+        """Markers revived (a restart), or retired ones wasting time: search the rest anew."""
+        return self.lacking or (self.dirty and self.wasted >= REFIND_AFTER)
+
+    def build(self) -> None:
+        live = [n for n in self.by_needle if n not in self._observe_only and self.live(n)]
+        self._observe_live = [
+            n for n in self._observe_only if any(id(h) not in self.retired for h in self.by_needle[n])
+        ]
+        self.needles = live
+        self.wasted = 0
+        self.lacking = False
+        # the first megabytes retire markers quickly: cheap-to-build automata until that settles
+        self._dfa = self._fed >= DFA_AFTER
+        self._index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
+        self.dirty = False
+
+    def find(self, block: bytes, offset: int = 0) -> list[tuple[int, int]]:
+        """(needle id, byte offset) of every needle in block[offset:], offsets into block."""
+        if offset:
+            return [(m[0], m[1] + offset) for m in self._index.find(block[offset:])]
+        self._fed += len(block)
+        return self._index.find(block)  # type: ignore[no-any-return]
+
+    def live(self, needle: str) -> bool:
+        """Does this needle still lead to something (a structure needle always does)?"""
+        hs = self.by_needle.get(needle)
+        return not hs or any(id(h) not in self.retired for h in hs)
+
+    def note(self, found: set[str]) -> None:
+        """A candidate line: count it as wasted when only retired needles brought it."""
+        if self.dirty and not any(self.live(x) for x in found):
+            self.wasted += 1
+
+    def handlers(self, found: set[str]) -> list[Any]:
+        """The live rules and markers of these needles, in their file order."""
+        out: list[Any] = []
+        seen: set[int] = set()
+        for needle in found:
+            for h in self.by_needle.get(needle, ()):
+                if id(h) not in seen and id(h) not in self.retired:
+                    seen.add(id(h))
+                    out.append(h)
+        out.sort(key=lambda h: self._order[id(h)])
+        return out
+
+    # --- retiring --------------------------------------------------------------------------
+
+    def retire(self, handler: Any) -> None:
+        if id(handler) in self.retired:
+            return
+        self.retired.add(id(handler))
+        self.dirty = True
+        if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
+            for n in handler.needles:
+                self.track[n.encode("utf-8")] = handler.phase
+
+    def retire_markers(self, pred: Callable[[Marker], bool]) -> None:
+        for m in self.markers:
+            if pred(m):
+                self.retire(m)
+
+    def revive_phases(self) -> None:
+        """A restart: the phase markers (and one-time observations) are needed again."""
+        for m in self.markers:
+            if m.what in ("phases", "observe") and id(m) in self.retired:
+                self.retired.discard(id(m))
+                self.dirty = True
+                self.lacking = True  # the next line may already be the new run's: rebuild now
+        self.track = {}
+
+    # --- what a block says without its lines being decoded -----------------------------------
+
+    def keep_latest_observed(self, block: bytes, base: int) -> None:
+        """The latest stats line of each kind in the block: its bytes, read when a result is
+        asked for (only the latest matters)."""
+        n = len(block)
+        for needle in self._observe_live:
+            idx = block.rfind(needle.encode("utf-8"))
+            if idx >= 0:
+                start = block.rfind(b"\n", 0, idx) + 1
+                nl = block.find(b"\n", idx)
+                line = base + block.count(b"\n", 0, start) + 1
+                self.latest_observed[frozenset({needle})] = (line, block[start : n if nl < 0 else nl])
+
+    def progress(self, block: bytes, base: int, phase_last_line: dict[str, int]) -> None:
+        """The last line of the block that says ready or serving (markers retired long ago)."""
+        for needle, phase in self.track.items():
+            idx = block.rfind(needle)
+            if idx >= 0:
+                line = base + block.count(b"\n", 0, idx) + 1
+                if line > phase_last_line.get(phase, 0):
+                    phase_last_line[phase] = line
