@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded
+from .outputs import OUTPUTS
 from .scan_command import load_kb, load_knowledge, run_scan
 
 app = typer.Typer(
@@ -29,10 +30,7 @@ kb_app = typer.Typer(help="The knowledge base of past incidents.", no_args_is_he
 app.add_typer(kb_app, name="kb")
 
 
-class Format(StrEnum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
+Format = StrEnum("Format", {name: name for name in OUTPUTS})  # type: ignore[misc]  # the outputs' registry
 
 
 def _console() -> Console:
@@ -191,12 +189,13 @@ def _live_setup(engine, rules, gpus, budget, follow):  # type: ignore[no-untyped
 def _finish_live(verdict, json_out: bool, console: Console, started: float) -> int:  # type: ignore[no-untyped-def]
     import time
 
-    from .render import render_json, render_text
+    from .outputs import emit
+    from .render import render_text
     from .styled import print_styled
 
     d = verdict.diagnosis
     if json_out:
-        print(render_json(d))
+        emit("json", [d])
     else:
         if verdict.kind == "ready":
             console.print(Text(f"ready in {time.monotonic() - started:.0f} s", style="bold green"))

@@ -12,12 +12,13 @@ from __future__ import annotations
 import sys
 
 from .errors import EXIT_FOUND, EXIT_OK, say_warning
+from .outputs import OUTPUTS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = tuple(OUTPUTS)
 
 # option -> (keyword of run_scan, kind): "flag", "value" (the last one given wins) or "multi"
 SCAN_OPTIONS: dict[str, tuple[str, str]] = {
@@ -130,9 +131,9 @@ def run_scan(
     that cannot be read is an error line for that file, not the end of the others. `merge`
     reads them as the logs of one run (nodes or ranks), interleaved by their timestamps."""
     from .errors import InputError, say_error
+    from .outputs import emit
     from .pipeline import scan_paths
-    from .render import render_json, render_markdown, render_text
-    from .styled import print_styled, wants_rich
+    from .styled import wants_rich
 
     chart = chart or wants_rich()  # the serving chart is for a terminal, or when asked
 
@@ -142,12 +143,7 @@ def run_scan(
     if merge or len(paths) == 1:
         d = scan_paths(paths, know, engine, gpus=gpus, config=config, show_secrets=show_secrets)
         d.kb = kb_matches(d, kb)
-        if json_out or fmt == "json":
-            print(render_json(d))
-        elif fmt == "markdown":
-            print(render_markdown(d))
-        else:
-            print_styled(render_text(d, show_all, chart))
+        emit("json" if json_out else fmt, [d], show_all=show_all, chart=chart)
         warn_timed_out(know)
         return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
     done = []
@@ -161,15 +157,7 @@ def run_scan(
             continue
         d.kb = kb_matches(d, kb)
         done.append(d)
-    if json_out or fmt == "json":
-        print("[" + ",\n".join(render_json(d) for d in done) + "]")
-    elif fmt == "markdown":
-        print("\n\n---\n\n".join(render_markdown(d) for d in done))
-    else:
-        for i, d in enumerate(done):
-            if i:
-                print()
-            print_styled(render_text(d, show_all, chart))
+    emit("json" if json_out else fmt, done, several=True, show_all=show_all, chart=chart)
     warn_timed_out(know)
     if any(d.status in ("failed", "degraded") for d in done):
         return EXIT_FOUND

@@ -231,3 +231,16 @@ def test_user_mistakes_are_named_not_internal_errors(cli, tmp_path):
             args,
             err,
         )
+
+
+def test_the_outputs_are_one_registry():
+    """--format takes exactly the registry's outputs, each renderer a module of its own."""
+    import importlib
+
+    from diagnose.cli import Format
+    from diagnose.outputs import OUTPUTS
+    from diagnose.scan_command import FORMATS
+
+    assert [f.value for f in Format] == list(OUTPUTS) == list(FORMATS)
+    for out in OUTPUTS.values():
+        assert callable(importlib.import_module(f"diagnose.{out.module}").render)

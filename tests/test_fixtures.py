@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from diagnose.pipeline import scan_paths
-from diagnose.render import render_json
+from diagnose.render_json import render as render_json
 
 from .conftest import FIXTURES
 
