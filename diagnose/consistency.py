@@ -22,16 +22,9 @@ from __future__ import annotations
 
 import math
 
+from .facts import as_float, as_int
 from .model import Finding
 from .settings import value_in_force
-
-
-def as_int(v: object) -> int | None:
-    try:
-        return int(v)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
-
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,81 +57,99 @@ def _finding(
 def check(
     result: ScanResult, profiles: Profiles, engine: str, findings: list[Finding], source: str
 ) -> list[Finding]:
-    """Findings the engine's numbers prove and nothing else in the log says."""
+    """Findings the engine's numbers prove and nothing else in the log says (the first that holds)."""
     if "ready" in result.phase_last_line or any(
         f.severity == "fatal" and f.layer == "memory" for f in findings
     ):
         return []
-    obs = result.observed
     launch = {k: v for k, v in result.launch.items() if v is not None}  # None in a dump: the default
-    avail = obs.get("kv_avail_gib")
-    if isinstance(avail, float | int) and avail <= 0:
-        return [
-            _finding(
-                result,
-                source,
-                "kv_avail_gib",
-                "kv-memory-not-positive",
-                "Profiling left no memory for the KV cache",
-                f"{avail} GiB were left for the KV cache after weights and activations",
-                {"available_gib": avail},
-            )
-        ]
-    blocks = obs.get("gpu_blocks")
-    if blocks == 0 or obs.get("kv_tokens") == 0:
-        key = "gpu_blocks" if blocks == 0 else "kv_tokens"
-        return [
-            _finding(
-                result,
-                source,
-                key,
-                "kv-capacity-zero",
-                "No KV-cache block fits in the memory left",
-                "the engine sized its KV cache at zero",
-                {key: 0},
-            )
-        ]
-    max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
-    # a block count without the tokens (vLLM V0): the block size in force (its profile's default)
-    block_size = as_int(value_in_force("block_size", launch, profiles, engine, observed=obs))
-    if block_size and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs:
-        tokens = blocks * block_size
-        if tokens < max_len:
-            return [
-                _finding(
-                    result,
-                    source,
-                    "gpu_blocks",
-                    "kv-capacity-below-max-len",
-                    "KV cache cannot hold one request of max_model_len",
-                    f"{blocks} blocks × {block_size} tokens = {tokens} tokens, below max_model_len {max_len}",
-                    {"kv_tokens": tokens, "max_model_len": max_len, "gpu_blocks": blocks},
-                )
-            ]
-    start, after = obs.get("free_start_gib"), obs.get("free_after_weights_gib")
-    static = profiles.get(engine).memory.get("kv_budget") == "free_static"  # SGLang's static pool
-    if static and isinstance(start, float | int) and isinstance(after, float | int) and start > 0:
-        fraction = value_in_force("gpu_memory_utilization", launch, profiles, engine, observed=obs)
-        try:
-            mfs = float(fraction)
-        except (TypeError, ValueError):
-            return []
-        rest = after - start * (1 - mfs)
-        if rest <= 0:
-            needed = math.ceil((1 - after / start) * 100) / 100 + 0.01
-            return [
-                _finding(
-                    result,
-                    source,
-                    "free_after_weights_gib",
-                    "static-pool-empty",
-                    "No memory left for SGLang's KV pool under --mem-fraction-static",
-                    f"{after} GiB free after the weights is below (1 − {mfs}) × {start} GiB free at start",
-                    {
-                        "mem_fraction_static": mfs,
-                        "min_fraction": round(needed, 2),
-                        "free_after_weights_gib": after,
-                    },
-                )
-            ]
+    for proof in (_kv_memory_not_positive, _kv_capacity_zero, _kv_below_max_len, _static_pool_empty):
+        f = proof(result, launch, profiles, engine, source)
+        if f is not None:
+            return [f]
     return []
+
+
+def _kv_memory_not_positive(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    avail = result.observed.get("kv_avail_gib")
+    if not (isinstance(avail, float | int) and avail <= 0):
+        return None
+    return _finding(
+        result,
+        source,
+        "kv_avail_gib",
+        "kv-memory-not-positive",
+        "Profiling left no memory for the KV cache",
+        f"{avail} GiB were left for the KV cache after weights and activations",
+        {"available_gib": avail},
+    )
+
+
+def _kv_capacity_zero(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    obs = result.observed
+    if not (obs.get("gpu_blocks") == 0 or obs.get("kv_tokens") == 0):
+        return None
+    key = "gpu_blocks" if obs.get("gpu_blocks") == 0 else "kv_tokens"
+    return _finding(
+        result,
+        source,
+        key,
+        "kv-capacity-zero",
+        "No KV-cache block fits in the memory left",
+        "the engine sized its KV cache at zero",
+        {key: 0},
+    )
+
+
+def _kv_below_max_len(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    """A block count without the tokens (vLLM V0): blocks × the block size in force (its
+    profile's default) against max_model_len."""
+    obs = result.observed
+    blocks = obs.get("gpu_blocks")
+    max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
+    block_size = as_int(value_in_force("block_size", launch, profiles, engine, observed=obs))
+    if not (block_size and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs):
+        return None
+    tokens = blocks * block_size
+    if tokens >= max_len:
+        return None
+    return _finding(
+        result,
+        source,
+        "gpu_blocks",
+        "kv-capacity-below-max-len",
+        "KV cache cannot hold one request of max_model_len",
+        f"{blocks} blocks × {block_size} tokens = {tokens} tokens, below max_model_len {max_len}",
+        {"kv_tokens": tokens, "max_model_len": max_len, "gpu_blocks": blocks},
+    )
+
+
+def _static_pool_empty(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    """A static pool (SGLang): (1 − fraction) of the memory free at start must stay free
+    after the weights, or no KV pool is left."""
+    obs = result.observed
+    start, after = obs.get("free_start_gib"), obs.get("free_after_weights_gib")
+    static = profiles.get(engine).memory.get("kv_budget") == "free_static"
+    if not (static and isinstance(start, float | int) and isinstance(after, float | int) and start > 0):
+        return None
+    mfs = as_float(value_in_force("gpu_memory_utilization", launch, profiles, engine, observed=obs))
+    if mfs is None or after - start * (1 - mfs) > 0:
+        return None
+    needed = math.ceil((1 - after / start) * 100) / 100 + 0.01
+    return _finding(
+        result,
+        source,
+        "free_after_weights_gib",
+        "static-pool-empty",
+        "No memory left for SGLang's KV pool under --mem-fraction-static",
+        f"{after} GiB free after the weights is below (1 − {mfs}) × {start} GiB free at start",
+        {"mem_fraction_static": mfs, "min_fraction": round(needed, 2), "free_after_weights_gib": after},
+    )

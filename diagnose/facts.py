@@ -59,3 +59,18 @@ def typed_facts(groups: dict[str, str | None]) -> dict[str, Any]:
         n = number(v)
         out[k] = n if n is not None else v.strip()
     return out
+
+
+def as_int(v: Any) -> int | None:
+    """A value as an integer, None when it is not one (a fact, a launch value, a profile default)."""
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def as_float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None

@@ -279,108 +279,128 @@ def pick_vocabulary(rec: RecordedHit) -> VocabHit | None:
 
 
 def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[Finding]:
-    last_run = result.earlier_runs
-    ready_line = result.phase_last_line.get("ready")
-    first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
-    later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
+    """One finding per kept hit, its class read, its OOM typed, its restarts counted; what the
+    server survived demoted; then merged across ranks and streams."""
     raw: list[tuple[RecordedHit, Finding]] = []
-    # a restart loop: earlier runs that failed the way the last one did are summarised on the
-    # last run's finding; of the other earlier failures, the latest of each rule is kept
+    for rec in _counted(result):
+        f = _finding_of(rec, engine)
+        if f is None:
+            continue
+        if f.cls in ("oom", "kv_cache_too_small"):
+            f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, f.cls, result, profiles, engine)
+            up = uptime(rec, result) if f.oom_phase == "runtime" else None
+            if up is not None:
+                f.facts["uptime_s"] = up
+        last_run, runs = result.earlier_runs, result.rule_runs.get(rec.hit.rule_id, 0)
+        if last_run > 0 and rec.run == last_run and runs > 1:
+            f.facts["runs"] = last_run + 1
+            f.facts["runs_failed_alike"] = runs
+            _add_note(f, f"the same failure in {runs} of {last_run + 1} runs (the server was restarted)")
+        if (rec.rule is not None and rec.rule.severity == "info") or _names_itself(rec):
+            raw.append((rec, _as_stop(f)))
+            continue
+        _demote_survived(f, rec, result)
+        raw.append((rec, f))
+    _quiet_after_stop(raw, result.earlier_runs)
+    return _merge(raw)
+
+
+def _counted(result: ScanResult) -> list[RecordedHit]:
+    """The hits that make findings. A restart loop: earlier runs that failed the way the last
+    one did are summarised on the last run's finding; of the other earlier failures, the
+    latest of each rule is kept."""
+    last_run = result.earlier_runs
     in_last = {rec.hit.rule_id for rec in result.hits if rec.run == last_run}
     latest_earlier: dict[str, int] = {}
     for rec in result.hits:
         if rec.run < last_run:
             latest_earlier[rec.hit.rule_id] = rec.run
-    for rec in result.hits:
-        rule = rec.rule
-        if rule is not None and rule.severity == "ignore":
-            continue
-        rid = rec.hit.rule_id
-        if rec.run < last_run and (rid in in_last or latest_earlier.get(rid) != rec.run):
-            continue
-        line = rec.hit.line
-        cls = rule.cls if rule is not None and rule.cls else "unknown_error"
-        severity = rule.severity if rule is not None else "fatal"
-        title = rule.title if rule is not None else (rec.synthetic_title or "An error no rule explains")
-        f = Finding(
-            rule=rec.hit.rule_id,
-            cls=cls,
-            severity=severity,
-            title=title,
-            line=line.number,
-            source=line.source,
-            evidence=line.message.strip() or line.text.strip(),
-            facts=dict(rec.hit.facts),
-            phase_at=rec.phase_at,
-            time=line.timestamp or rec.last_time,
-            ranks=[line.rank] if line.rank is not None else [],
-            consequence=bool(rule.consequence) if rule is not None else False,
-            frames=_frames(rec),
+    return [
+        rec
+        for rec in result.hits
+        if not (rec.rule is not None and rec.rule.severity == "ignore")
+        and not (
+            rec.run < last_run
+            and (rec.hit.rule_id in in_last or latest_earlier.get(rec.hit.rule_id) != rec.run)
         )
-        # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
-        mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
-        if (
-            mined is not None
-            and not mined.template.is_error
-            and rec.tb is None
-            and rec.near_tb is None
-            and line.level != "CRITICAL"
-        ):
-            continue  # the engine prints this line itself as a warning: part of a healthy run
-        if mined is not None and mined.cls != "unknown_error":
-            cls = from_sources.apply_template(f, mined)
-            if cls == "request" and f.severity == "fatal":
-                f.severity = "error"
-        elif cls == "unknown_error":
-            if mined is not None:
-                f.facts["template"] = mined.template.id
-            vh = pick_vocabulary(rec)
-            if vh is None and any(v.cls == "unknown_error" and v.line is line for v in rec.vocab):
-                # "… crashed", "… died", "failed to start": a wrapper; its cause is printed before it
-                f.consequence = True
-            if vh is not None:
-                cls = f.cls = vh.cls
-                f.rule, f.title, f.consequence, f.confidence = vh.rule_id, vh.title, False, "low"
-                if cls == "request" and f.severity == "fatal":
-                    f.severity = "error"  # one request failed; the server is judged on the rest
-                if vh.line.number != line.number and _is_exception_line(vh, rec):
-                    f.line, f.evidence = vh.line.number, vh.line.message.strip()
-                f.facts["vocabulary_term"] = vh.term
-                f.note = (
-                    f"recognised by the vocabulary of its class ({vh.term!r}, line {vh.line.number}): "
-                    "no specific rule knows this message, so this reading is less certain"
-                )
-            elif mined is None and rule is None:
-                cls = from_sources.apply_class_table(f, _raised(rec), engine) or cls
-        if cls in ("oom", "kv_cache_too_small"):
-            f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, cls, result, profiles, engine)
-            if f.oom_phase == "runtime":
-                up = uptime(rec, result)
-                if up is not None:
-                    f.facts["uptime_s"] = up
-        runs = result.rule_runs.get(rid, 0)
-        if last_run > 0 and rec.run == last_run and runs > 1:
-            f.facts["runs"] = last_run + 1
-            f.facts["runs_failed_alike"] = runs
-            _add_note(f, f"the same failure in {runs} of {last_run + 1} runs (the server was restarted)")
-        if severity == "info" or _names_itself(rec):
-            raw.append((rec, _as_stop(f)))
-            continue
-        later = None
-        if rec.run < last_run:
-            f.severity = "warning"
-            later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
-        elif severity == "fatal" and first_ready is not None and first_ready > line.number:
-            f.severity = "warning"
-            later = f"the server still became ready afterwards (line {first_ready})"
-        elif rule is None and later_progress > line.number and ready_line is not None:
-            f.severity = "warning"
-            later = f"the server kept running afterwards (line {later_progress})"
-        if later:
-            _add_note(f, later, first=True)
-        raw.append((rec, f))
-    _quiet_after_stop(raw, last_run)
-    return _merge(raw)
+    ]
+
+
+def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
+    """The hit as a finding with its class: the rule's, else the engine's own template's, the
+    vocabulary's or the class table's; None for a line the engine prints as a mere warning."""
+    rule, line = rec.rule, rec.hit.line
+    f = Finding(
+        rule=rec.hit.rule_id,
+        cls=rule.cls if rule is not None and rule.cls else "unknown_error",
+        severity=rule.severity if rule is not None else "fatal",
+        title=rule.title if rule is not None else (rec.synthetic_title or "An error no rule explains"),
+        line=line.number,
+        source=line.source,
+        evidence=line.message.strip() or line.text.strip(),
+        facts=dict(rec.hit.facts),
+        phase_at=rec.phase_at,
+        time=line.timestamp or rec.last_time,
+        ranks=[line.rank] if line.rank is not None else [],
+        consequence=bool(rule.consequence) if rule is not None else False,
+        frames=_frames(rec),
+    )
+    # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
+    mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
+    warned = mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None
+    if warned and line.level != "CRITICAL":
+        return None  # the engine prints this line itself as a warning: part of a healthy run
+    if mined is not None and mined.cls != "unknown_error":
+        if from_sources.apply_template(f, mined) == "request" and f.severity == "fatal":
+            f.severity = "error"
+    elif f.cls == "unknown_error":
+        if mined is not None:
+            f.facts["template"] = mined.template.id
+        _read_unknown(f, rec, mined is None and rule is None, engine)
+    return f
+
+
+def _read_unknown(f: Finding, rec: RecordedHit, no_knowledge: bool, engine: str) -> None:
+    """An error no rule or template classes: its class's vocabulary nearby, else the mined
+    class table on what it raised (`no_knowledge`: neither a rule nor a template knows it)."""
+    line = rec.hit.line
+    vh = pick_vocabulary(rec)
+    if vh is None and any(v.cls == "unknown_error" and v.line is line for v in rec.vocab):
+        # "… crashed", "… died", "failed to start": a wrapper; its cause is printed before it
+        f.consequence = True
+    if vh is not None:
+        f.cls = vh.cls
+        f.rule, f.title, f.consequence, f.confidence = vh.rule_id, vh.title, False, "low"
+        if f.cls == "request" and f.severity == "fatal":
+            f.severity = "error"  # one request failed; the server is judged on the rest
+        if vh.line.number != line.number and _is_exception_line(vh, rec):
+            f.line, f.evidence = vh.line.number, vh.line.message.strip()
+        f.facts["vocabulary_term"] = vh.term
+        f.note = (
+            f"recognised by the vocabulary of its class ({vh.term!r}, line {vh.line.number}): "
+            "no specific rule knows this message, so this reading is less certain"
+        )
+    elif no_knowledge:
+        from_sources.apply_class_table(f, _raised(rec), engine)
+
+
+def _demote_survived(f: Finding, rec: RecordedHit, result: ScanResult) -> None:
+    """An error the server got past (an earlier run, ready afterwards, serving went on) is a
+    warning, with the reason said first."""
+    line = rec.hit.line.number
+    first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
+    later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
+    severity = rec.rule.severity if rec.rule is not None else "fatal"
+    later = None
+    if rec.run < result.earlier_runs:
+        later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
+    elif severity == "fatal" and first_ready is not None and first_ready > line:
+        later = f"the server still became ready afterwards (line {first_ready})"
+    elif rec.rule is None and later_progress > line and result.phase_last_line.get("ready") is not None:
+        later = f"the server kept running afterwards (line {later_progress})"
+    if later:
+        f.severity = "warning"
+        _add_note(f, later, first=True)
 
 
 def _add_note(f: Finding, text: str, first: bool = False) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..engines import Profiles, flag_for
+from ..facts import as_float, as_int
 from ..model import Change, Finding
 from ..params import fill_template
 from ..settings import value_in_force
@@ -109,20 +110,6 @@ def power_of_two_at_most(n: int) -> int:
 
 def divisors_at_most(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
-
-
-def as_float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def as_int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def filled(template: str, facts: dict[str, Any]) -> str | None:
