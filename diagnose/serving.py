@@ -260,11 +260,42 @@ def _active(p: Point) -> bool:
     )
 
 
+# One verdict: its name, why, the stats line it stands on, the next step (when one).
+Verdict = tuple[str, str, "Point | None", "str | None"]
+
+
 def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving | None:
-    """The verdict on a run's stats lines; None when the log has none."""
+    """The verdict on a run's stats lines; None when the log has none. The first of the
+    verdicts below that holds is it; healthy when none does."""
     if not points:
         return None
     active = [p for p in points if _active(p)]
+    summary = _summary(points, active)
+    v: Verdict | None
+    if not active:
+        v = ("idle", "no request was running or waiting in any stats line", points[-1], None)
+    elif len(active) < MIN_POINTS:
+        v = ("unknown", f"only {len(active)} stats line(s) with requests in flight", active[-1], None)
+    else:
+        kv = [p for p in active if "kv_usage" in p.values]
+        summary["kv_full_share"] = round(_full_share(kv), 2)
+        v = next(
+            (
+                found
+                for check in (_storm, _kv_bound, _slowdown, _scheduler_bound, _client_bound)
+                if (found := check(active, kv, summary, max_num_seqs)) is not None
+            ),
+            None,
+        )
+        if v is None:
+            peak = _peak(kv)
+            why = "no sustained KV pressure, queue or preemption in the stats lines"
+            v = ("healthy", why, peak or active[-1], None)
+    name, why, evidence, next_step = v
+    return Serving(name, why, points, seen, evidence, summary, next_step)
+
+
+def _summary(points: list[Point], active: list[Point]) -> dict[str, Any]:
     summary: dict[str, Any] = {"points": len(points), "active_points": len(active)}
     for key in ("running", "waiting", "kv_usage", "gen_tps", "prompt_tps", "prefix_hit"):
         s = _stats(_values(points, key))
@@ -275,95 +306,121 @@ def judge(points: list[Point], seen: int, max_num_seqs: int | None) -> Serving |
         summary["preemptions"] = _round(preempted)
     if points[0].time or points[-1].time:
         summary["from"], summary["to"] = points[0].time, points[-1].time
+    return summary
 
-    def verdict(name: str, why: str, evidence: Point | None, next_step: str | None = None) -> Serving:
-        return Serving(name, why, points, seen, evidence, summary, next_step)
 
-    if not active:
-        return verdict("idle", "no request was running or waiting in any stats line", points[-1])
-    if len(active) < MIN_POINTS:
-        return verdict("unknown", f"only {len(active)} stats line(s) with requests in flight", active[-1])
+def _full(kv: list[Point]) -> list[Point]:
+    return [p for p in kv if p.values["kv_usage"] >= KV_FULL]
 
-    kv = [p for p in active if "kv_usage" in p.values]
-    full = [p for p in kv if p.values["kv_usage"] >= KV_FULL]
-    queue_known = any("waiting" in p.values for p in active)
-    queued_full = [p for p in full if p.values.get("waiting", 0) > 0]
-    share = len(full) / len(kv) if kv else 0.0
-    summary["kv_full_share"] = round(share, 2)
-    peak = max(kv, key=lambda p: (p.values["kv_usage"], p.values.get("waiting", 0))) if kv else None
 
-    # V1 counts preemptions per interval; a handful over hours is the scheduler doing its job
+def _full_share(kv: list[Point]) -> float:
+    return len(_full(kv)) / len(kv) if kv else 0.0
+
+
+def _peak(kv: list[Point]) -> Point | None:
+    return max(kv, key=lambda p: (p.values["kv_usage"], p.values.get("waiting", 0))) if kv else None
+
+
+def _storm(active: list[Point], kv: list[Point], summary: dict[str, Any], cap: int | None) -> Verdict | None:
+    """V1 counts preemptions per interval; a handful over hours is the scheduler doing its job."""
+    preempted = summary.get("preemptions", 0)  # over every stats line of the run
     with_preemptions = [p for p in active if p.values.get("preemptions", 0) > 0]
-    if preempted >= STORM_PREEMPTIONS and len(with_preemptions) >= 2:
-        worst = max(with_preemptions, key=lambda p: p.values["preemptions"])
-        return verdict(
-            "preemption_storm",
-            f"{_round(preempted)} preemptions over {len(with_preemptions)} stats lines: the KV cache "
-            "cannot hold the running batch, requests are evicted and recomputed",
-            worst,
-        )
-    pressed = queued_full if queue_known else full
-    if (
+    if preempted < STORM_PREEMPTIONS or len(with_preemptions) < 2:
+        return None
+    worst = max(with_preemptions, key=lambda p: p.values["preemptions"])
+    return (
+        "preemption_storm",
+        f"{preempted} preemptions over {len(with_preemptions)} stats lines: the KV cache "
+        "cannot hold the running batch, requests are evicted and recomputed",
+        worst,
+        None,
+    )
+
+
+def _kv_bound(
+    active: list[Point], kv: list[Point], summary: dict[str, Any], cap: int | None
+) -> Verdict | None:
+    full = _full(kv)
+    queue_known = any("waiting" in p.values for p in active)
+    pressed = [p for p in full if p.values.get("waiting", 0) > 0] if queue_known else full
+    if not (
         len(kv) >= MIN_POINTS
-        and share >= KV_FULL_SHARE
+        and _full_share(kv) >= KV_FULL_SHARE
         and len(pressed) >= len(full) / 2
         and _persists(pressed)
     ):
-        waiting = _values(full, "waiting")
-        queue = (
-            f", {int(median(waiting))} requests waiting (median)"
-            if waiting
-            else " (the line has no queue count)"
-        )
-        return verdict(
-            "kv_bound",
-            f"the KV cache was ≥ {KV_FULL:.0%} full in {len(full)} of {len(kv)} stats lines{queue}: "
-            "memory, not compute, bounds the batch",
-            peak if peak is not None else full[-1],
-        )
+        return None
+    waiting = _values(full, "waiting")
+    queue = (
+        f", {int(median(waiting))} requests waiting (median)" if waiting else " (the line has no queue count)"
+    )
+    return (
+        "kv_bound",
+        f"the KV cache was ≥ {KV_FULL:.0%} full in {len(full)} of {len(kv)} stats lines{queue}: "
+        "memory, not compute, bounds the batch",
+        _peak(kv) or full[-1],
+        None,
+    )
 
+
+def _slowdown(
+    active: list[Point], kv: list[Point], summary: dict[str, Any], cap: int | None
+) -> Verdict | None:
     collapse = _collapse(active)
-    if collapse is not None:
-        before, after, at = collapse
-        summary["per_request_tps"] = {"before": round(before, 2), "after": round(after, 2)}
-        kv_at = at.values.get("kv_usage")
-        tail = f", KV cache {kv_at:.0%} full" if kv_at is not None else ""
-        return verdict(
-            "throughput_collapse",
-            f"generation per running request fell from {before:.1f} to {after:.1f} tokens/s with the "
-            f"batch no smaller{tail}",
-            at,
-            "look at the prompts' lengths and the KV cache: long contexts or a cache that thrashes"
-            if kv_at is None or kv_at < KV_FULL
-            else None,
-        )
+    if collapse is None:
+        return None
+    before, after, at = collapse
+    summary["per_request_tps"] = {"before": round(before, 2), "after": round(after, 2)}
+    kv_at = at.values.get("kv_usage")
+    tail = f", KV cache {kv_at:.0%} full" if kv_at is not None else ""
+    return (
+        "throughput_collapse",
+        f"generation per running request fell from {before:.1f} to {after:.1f} tokens/s with the "
+        f"batch no smaller{tail}",
+        at,
+        "look at the prompts' lengths and the KV cache: long contexts or a cache that thrashes"
+        if kv_at is None or kv_at < KV_FULL
+        else None,
+    )
 
+
+def _spare(kv: list[Point]) -> bool:
+    return not kv or max(p.values["kv_usage"] for p in kv) < KV_SPARE
+
+
+def _scheduler_bound(
+    active: list[Point], kv: list[Point], summary: dict[str, Any], cap: int | None
+) -> Verdict | None:
+    if not (cap and _values(active, "running")):
+        return None
+    pinned = [p for p in active if p.values.get("running", 0) >= cap and p.values.get("waiting", 0) > 0]
+    if len(pinned) < max(MIN_POINTS, len(active) / 2) or not _spare(kv):
+        return None
+    return (
+        "scheduler_bound",
+        f"{cap} requests running (the max_num_seqs cap) with requests waiting "
+        f"in {len(pinned)} stats lines while the KV cache had room",
+        pinned[-1],
+        f"raise max_num_seqs above {cap}: the KV cache has room for more",
+    )
+
+
+def _client_bound(
+    active: list[Point], kv: list[Point], summary: dict[str, Any], cap: int | None
+) -> Verdict | None:
     running = _values(active, "running")
-    spare = not kv or max(p.values["kv_usage"] for p in kv) < KV_SPARE
-    if max_num_seqs and running:
-        pinned = [
-            p for p in active if p.values.get("running", 0) >= max_num_seqs and p.values.get("waiting", 0) > 0
-        ]
-        if len(pinned) >= max(MIN_POINTS, len(active) / 2) and spare:
-            return verdict(
-                "scheduler_bound",
-                f"{max_num_seqs} requests running (the max_num_seqs cap) with requests waiting "
-                f"in {len(pinned)} stats lines while the KV cache had room",
-                pinned[-1],
-                f"raise max_num_seqs above {max_num_seqs}: the KV cache has room for more",
-            )
-    waits = _values(active, "waiting")
-    if running and spare and queue_known and not any(waits) and max(running) <= CLIENT_BATCH:
-        return verdict(
-            "client_bound",
-            f"at most {int(max(running))} requests in flight, none waiting, KV cache "
-            f"{'at most ' + format(max(p.values['kv_usage'] for p in kv), '.0%') if kv else 'unreported'}: "
-            "the server had room for more",
-            active[-1],
-            "raise the client's concurrency (more parallel requests) before tuning the server",
-        )
-    return verdict(
-        "healthy", "no sustained KV pressure, queue or preemption in the stats lines", peak or active[-1]
+    queue_known = any("waiting" in p.values for p in active)
+    if not (running and _spare(kv) and queue_known and not any(_values(active, "waiting"))):
+        return None
+    if max(running) > CLIENT_BATCH:
+        return None
+    usage = f"at most {max(p.values['kv_usage'] for p in kv):.0%}" if kv else "unreported"
+    return (
+        "client_bound",
+        f"at most {int(max(running))} requests in flight, none waiting, KV cache {usage}: "
+        "the server had room for more",
+        active[-1],
+        "raise the client's concurrency (more parallel requests) before tuning the server",
     )
 
 
