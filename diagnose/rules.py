@@ -6,10 +6,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from . import schemas
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
-from .model import CLASSES, OOM_PHASES, SEVERITIES
 from .params import TEMPLATE_RE, param_problem
 from .patterns import compile_checked
 from .patterns import compile_pattern as _compile
@@ -97,6 +97,31 @@ def check_engines(engines: list[str], path: str, label: str, known: set[str] | N
         raise RuleError(path, label, "engines", f"unknown engine {bad[0]!r} (allowed: {allowed})")
 
 
+_SCHEMA: dict[str, Any] = {}
+
+
+def _rule_schema() -> dict[str, Any]:
+    if not _SCHEMA:
+        _SCHEMA.update(schemas.rule_schema(LAYERS))
+    return _SCHEMA
+
+
+def _check_advice(a: dict[str, Any], groups: set[str], path: str, label: str) -> None:
+    """A suggested change: a parameter the tool knows (with a value where it needs one), and
+    templates that name the pattern's own groups."""
+    problem = param_problem(a["param"], "to" in a)
+    _need(problem is None, path, label, "advice", problem or "")
+    for key in ("to", "why"):
+        for m in TEMPLATE_RE.finditer(str(a.get(key) or "")):
+            _need(
+                m.group("name") in groups,
+                path,
+                label,
+                f"advice.{key}",
+                f"{{{m.group('name')}}} is not a named group of the pattern",
+            )
+
+
 def parse_rule(
     raw: Any,
     path: str,
@@ -113,90 +138,15 @@ def parse_rule(
         # come from other files, are checked again
         check_engines(raw["engines"], path, raw["id"], known_engines)
         return _rule_from(raw, path, raw.get("class"), None, shipped)
-    if not isinstance(raw, dict):
-        raise RuleError(path, f"#{index + 1}", None, "a rule must be a mapping")
-    rid = raw.get("id")
+    rid = raw.get("id") if isinstance(raw, dict) else None
     label = rid if isinstance(rid, str) else f"#{index + 1}"
-    for k in raw:
-        if k not in RULE_KEYS:
-            raise RuleError(path, label, str(k), f"unknown key (allowed: {', '.join(sorted(RULE_KEYS))})")
-    for k, how in RULE_KEYS.items():
-        if how == "required" and k not in raw:
-            if k == "class" and raw.get("severity") == "ignore":
-                continue
-            raise RuleError(path, label, k, "missing")
-    _need(
-        isinstance(rid, str) and bool(_ID_RE.match(rid)),
-        path,
-        label,
-        "id",
-        "must be lower-case words joined by . - or _",
-    )
-    engines = raw["engines"]
-    _need(_str_list(engines) and bool(engines), path, label, "engines", "must be a non-empty list")
-    check_engines(engines, path, label, known_engines)
-    severity = raw["severity"]
-    _need(
-        severity in SEVERITIES, path, label, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}"
-    )
+    schemas.check(raw, _rule_schema(), path, label)  # the shape: keys, types, the closed choices
+    check_engines(raw["engines"], path, label, known_engines)
+    compiled = compile_checked(raw["pattern"], path, label, trusted, shipped)
+    groups = set(compiled.groupindex) if compiled is not None else _pattern_groups(raw["pattern"])
+    for a in raw.get("advice") or []:
+        _check_advice(a, groups, path, label)
     cls = raw.get("class")
-    if (severity != "ignore" or cls is not None) and cls not in CLASSES:
-        raise RuleError(
-            path, label, "class", f"{cls!r} is not in the taxonomy ({', '.join(sorted(CLASSES))})"
-        )
-    needles = raw["needles"]
-    _need(
-        _str_list(needles) and bool(needles) and all(needles),
-        path,
-        label,
-        "needles",
-        "must be a non-empty list of non-empty strings",
-    )
-    pattern = raw["pattern"]
-    _need(isinstance(pattern, str) and bool(pattern), path, label, "pattern", "must be a non-empty string")
-    compiled = compile_checked(pattern, path, label, trusted, shipped)
-    title = raw["title"]
-    _need(isinstance(title, str) and bool(title.strip()), path, label, "title", "must be a non-empty string")
-    ex = raw["examples"]
-    _need(isinstance(ex, dict), path, label, "examples", "must be a mapping with 'match' and 'no_match'")
-    extra = set(ex) - {"match", "no_match"}
-    _need(not extra, path, label, "examples", f"unknown key {sorted(extra)[0] if extra else ''!r}")
-    for k in ("match", "no_match"):
-        _need(
-            _str_list(ex.get(k)) and bool(ex.get(k)),
-            path,
-            label,
-            f"examples.{k}",
-            "must be a non-empty list of log lines",
-        )
-    advice = raw.get("advice") or []
-    _need(isinstance(advice, list), path, label, "advice", "must be a list")
-    for a in advice:
-        if not (isinstance(a, dict) and "param" in a and set(a) <= ADVICE_KEYS):
-            raise RuleError(
-                path, label, "advice", f"each entry needs 'param' and may have {sorted(ADVICE_KEYS)}"
-            )
-    for a in advice:
-        problem = param_problem(a["param"], "to" in a)
-        _need(problem is None, path, label, "advice", problem or "")
-        groups = set(compiled.groupindex) if compiled is not None else _pattern_groups(raw["pattern"])
-        for key in ("to", "why"):
-            for m in TEMPLATE_RE.finditer(str(a.get(key) or "")):
-                _need(
-                    m.group("name") in groups,
-                    path,
-                    label,
-                    f"advice.{key}",
-                    f"{{{m.group('name')}}} is not a named group of the pattern",
-                )
-    phase = raw.get("oom_phase")
-    _need(phase is None or phase in OOM_PHASES, path, label, "oom_phase", f"must be one of {OOM_PHASES}")
-    scope = raw.get("scope", "message")
-    _need(scope in ("message", "text"), path, label, "scope", "must be 'message' or 'text'")
-    layer = raw.get("layer", "rule")
-    _need(layer in LAYERS, path, label, "layer", f"must be one of {', '.join(LAYERS)}")
-    cons = raw.get("consequence", False)
-    _need(isinstance(cons, bool), path, label, "consequence", "must be true or false")
     rule = _rule_from(raw, path, cls, compiled, shipped)
     if not trusted:
         problem = check_examples(rule, layout or shipped_layout())
