@@ -87,64 +87,96 @@ def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> St
     """The diagnosis for people: verdict, evidence, timeline, next change, past incidents."""
     out = StyledLines()
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
-    eng = d.engine.label
-    out.add((f"{mark} {verdict(d)}", style), (f"   [{eng}]", "dim"))
-    p = d.primary
-    if p:
+    out.add((f"{mark} {verdict(d)}", style), (f"   [{d.engine.label}]", "dim"))
+    _evidence_text(out, d)
+    _gpus_text(out, d)
+    _timeline_text(out, d)
+    if d.serving is not None:
+        _serving_text(out, d, chart)
+    _advice_text(out, d)
+    _kb_text(out, d)
+    _others_text(out, d, show_all)
+    if d.status == "incomplete" and d.last_phase and TAXONOMY.waits_on.get(d.last_phase):
         out.blank()
-        where = f"{p.source}:{p.line}" if p.line else p.source
-        extra = []
-        if p.ranks:
-            extra.append(f"rank{'s' if len(p.ranks) > 1 else ''} {ranks_text(p.ranks)}")
-        if p.time:
-            extra.append(p.time)
-        if p.phase_at:
-            extra.append(f"during {PHASE_LABEL.get(p.phase_at, p.phase_at)}")
-        out.add(("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim"))
-        out.add("    " + p.evidence[:400], style="bold")
-        info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
-        if p.phase_evidence:
-            info.append(f"OOM phase {p.oom_phase} from {p.phase_evidence}")
-        if p.facts:
-            info.append(_facts_text(p.facts))
-        if p.note:
-            info.append(p.note)
-        if p.count > 1:
-            info.append(f"seen {p.count} times")
-        for line in info:
-            out.add("    " + line, style="dim")
+        out.add(
+            f"  if it stays in this phase, it usually waits on {TAXONOMY.waits_on[d.last_phase]};"
+            " follow it live with `diagnose watch`",
+            style="dim",
+        )
+    out.blank()
+    out.add(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim")
+    return out
+
+
+def _evidence_text(out: StyledLines, d: Diagnosis) -> None:
+    p = d.primary
+    if not p:
+        return
+    out.blank()
+    where = f"{p.source}:{p.line}" if p.line else p.source
+    extra = []
+    if p.ranks:
+        extra.append(f"rank{'s' if len(p.ranks) > 1 else ''} {ranks_text(p.ranks)}")
+    if p.time:
+        extra.append(p.time)
+    if p.phase_at:
+        extra.append(f"during {PHASE_LABEL.get(p.phase_at, p.phase_at)}")
+    out.add(("  evidence  ", "bold"), (where, "cyan"), ("  " + " · ".join(extra) if extra else "", "dim"))
+    out.add("    " + p.evidence[:400], style="bold")
+    info = [f"rule {p.rule} · class {p.cls}" + (f" · OOM phase {p.oom_phase}" if p.oom_phase else "")]
+    if p.phase_evidence:
+        info.append(f"OOM phase {p.oom_phase} from {p.phase_evidence}")
+    if p.facts:
+        info.append(_facts_text(p.facts))
+    if p.note:
+        info.append(p.note)
+    if p.count > 1:
+        info.append(f"seen {p.count} times")
+    for line in info:
+        out.add("    " + line, style="dim")
+
+
+def _gpus_text(out: StyledLines, d: Diagnosis) -> None:
     if d.device:
         out.blank()
         out.add(("  gpus      ", "bold"), d.device["summary"])
         for w in d.device["warnings"]:
             out.add(f"    ! {w['text']}", style="yellow")
-    if d.timeline:
-        out.blank()
-        segs: list[str | tuple[str, str]] = [("  timeline  ", "bold")]
-        marks: list[tuple[int, str, str]] = [
-            (m.line, PHASE_LABEL.get(m.phase, m.phase), "") for m in d.timeline
-        ]
-        if p and p.severity == "fatal" and p.line:
-            marks.append((p.line, "✗", "red"))
-        for i, (line, label, style) in enumerate(sorted(marks, key=lambda x: (x[0], x[1] == "✗"))):
-            if i:
-                segs.append((" → ", "dim"))
-            segs.append((label, style))
-            segs.append((f" {line}", style or "dim"))
-        out.add(*segs)
-    if d.serving is not None:
-        _serving_text(out, d, chart)
-    if d.advice:
-        out.blank()
-        first = d.advice[0]
-        out.add("  next change", style="bold")
-        out.add("    " + change_text(first), style="bold green")
-        out.add(f"    why     {first.why}")
-        out.add(f"    verify  {first.verify}", style="dim")
-        if len(d.advice) > 1:
-            out.add("  if that is not enough (one at a time)", style="bold")
-            for c in d.advice[1:4]:
-                out.add(("    " + change_text(c), "green"), (f"  {c.why}", "dim"))
+
+
+def _timeline_text(out: StyledLines, d: Diagnosis) -> None:
+    if not d.timeline:
+        return
+    out.blank()
+    segs: list[str | tuple[str, str]] = [("  timeline  ", "bold")]
+    marks: list[tuple[int, str, str]] = [(m.line, PHASE_LABEL.get(m.phase, m.phase), "") for m in d.timeline]
+    p = d.primary
+    if p and p.severity == "fatal" and p.line:
+        marks.append((p.line, "✗", "red"))
+    for i, (line, label, style) in enumerate(sorted(marks, key=lambda x: (x[0], x[1] == "✗"))):
+        if i:
+            segs.append((" → ", "dim"))
+        segs.append((label, style))
+        segs.append((f" {line}", style or "dim"))
+    out.add(*segs)
+
+
+def _advice_text(out: StyledLines, d: Diagnosis) -> None:
+    if not d.advice:
+        return
+    out.blank()
+    first = d.advice[0]
+    out.add("  next change", style="bold")
+    out.add("    " + change_text(first), style="bold green")
+    out.add(f"    why     {first.why}")
+    out.add(f"    verify  {first.verify}", style="dim")
+    if len(d.advice) > 1:
+        out.add("  if that is not enough (one at a time)", style="bold")
+        for c in d.advice[1:4]:
+            out.add(("    " + change_text(c), "green"), (f"  {c.why}", "dim"))
+
+
+def _kb_text(out: StyledLines, d: Diagnosis) -> None:
     for m in d.kb:
         out.blank()
         fixed = f" — fixed by {m['fix_text']}" if m.get("fix_text") else ""
@@ -156,33 +188,25 @@ def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> St
         )
         if m.get("root_cause"):
             out.add(f"    root cause: {m['root_cause']}", style="dim")
-    others = [f for f in d.findings if f is not p]
-    if others:
-        out.blank()
-        out.add("  other findings", style="bold")
-        for f in others[: None if show_all else 6]:
-            r = f" ranks {ranks_text(f.ranks)}" if len(f.ranks) > 1 else ""
-            tag = " (consequence)" if f.consequence else ""
-            out.add(
-                (f"    {f.severity:<7} ", _sev_style(f.severity)),
-                (f"{f.source}:{f.line}", "cyan"),
-                f"  {describe(f)}{tag}",
-                (r, "dim"),
-            )
-        if not show_all and len(others) > 6:
-            out.add(f"    … {len(others) - 6} more (--all)", style="dim")
-    if d.status == "incomplete" and d.last_phase:
-        waits = TAXONOMY.waits_on.get(d.last_phase)
-        if waits:
-            out.blank()
-            out.add(
-                f"  if it stays in this phase, it usually waits on {waits};"
-                " follow it live with `diagnose watch`",
-                style="dim",
-            )
+
+
+def _others_text(out: StyledLines, d: Diagnosis, show_all: bool) -> None:
+    others = [f for f in d.findings if f is not d.primary]
+    if not others:
+        return
     out.blank()
-    out.add(f"  engine {d.engine.name}: {d.engine.reason or ''}", style="dim")
-    return out
+    out.add("  other findings", style="bold")
+    for f in others[: None if show_all else 6]:
+        r = f" ranks {ranks_text(f.ranks)}" if len(f.ranks) > 1 else ""
+        tag = " (consequence)" if f.consequence else ""
+        out.add(
+            (f"    {f.severity:<7} ", _sev_style(f.severity)),
+            (f"{f.source}:{f.line}", "cyan"),
+            f"  {describe(f)}{tag}",
+            (r, "dim"),
+        )
+    if not show_all and len(others) > 6:
+        out.add(f"    … {len(others) - 6} more (--all)", style="dim")
 
 
 def serving_headline(s: Any) -> str:
