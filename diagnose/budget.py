@@ -968,25 +968,10 @@ def plan(
     units = units or engine_units(engine)
     engine = units.engine
     util = util if util is not None else float(units.defaults.get("gpu_memory_utilization") or 0.9)
-    gguf_note = None
-    if units.kv_budget == "layers":
-        if s.quant not in GGUF_TYPES:
-            gguf_note = (
-                f"weights as GGUF {GGUF_DEFAULT.upper()} ({QUANT_BYTES[GGUF_DEFAULT] * 8:.2f} bits a weight)"
-                + (f", not {s.quant}" if s.quant else "")
-                + ": give --quantization q8_0, q6_k, q5_k_m, q4_0… for the file's own type"
-            )
-            s = dataclasses.replace(s, quant=GGUF_DEFAULT, exact_bytes=None, exact_from=None)
-        length = int(
-            max_model_len or units.defaults.get("max_model_len") or min(4096, s.max_position or 4096)
-        )
-        default_seqs = int(units.defaults.get("max_num_seqs") or 1)
-    else:
-        length = int(max_model_len or s.max_position or 4096)
-        _, default_seqs, _ = engine_defaults(units, engine_version, gpu_total_gib, gpu_name)
-        if units.profile != "dummy_batch" and units.defaults.get("max_num_seqs"):
-            default_seqs = int(units.defaults["max_num_seqs"])
-    seqs = max_num_seqs or default_seqs
+    s, gguf_note = _as_gguf(s) if units.kv_budget == "layers" else (s, None)
+    length, seqs = _length_and_seqs(
+        s, units, max_model_len, max_num_seqs, engine_version, gpu_total_gib, gpu_name
+    )
     own_batch = units.defaults.get("max_num_batched_tokens") if units.profile != "dummy_batch" else None
     if own_batch and not max_num_batched_tokens:
         batched, batched_why = int(own_batch), f"{engine}: {own_batch} tokens a prefill step (its default)"
@@ -1032,6 +1017,42 @@ def plan(
     if not max_num_seqs:
         chosen.assumptions.insert(1, f"max_num_seqs={seqs}: the engine's default")
     return chosen
+
+
+def _as_gguf(s: ModelShape) -> tuple[ModelShape, str | None]:
+    """Layer-offload engines read GGUF files: weights in a GGUF type (Q4_K_M when the shape
+    names none), and the note that says so."""
+    if s.quant in GGUF_TYPES:
+        return s, None
+    note = (
+        f"weights as GGUF {GGUF_DEFAULT.upper()} ({QUANT_BYTES[GGUF_DEFAULT] * 8:.2f} bits a weight)"
+        + (f", not {s.quant}" if s.quant else "")
+        + ": give --quantization q8_0, q6_k, q5_k_m, q4_0… for the file's own type"
+    )
+    return dataclasses.replace(s, quant=GGUF_DEFAULT, exact_bytes=None, exact_from=None), note
+
+
+def _length_and_seqs(
+    s: ModelShape,
+    units: EngineUnits,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    engine_version: str | None,
+    gpu_total_gib: float,
+    gpu_name: str | None,
+) -> tuple[int, int]:
+    """The context length and concurrent sequences planned for: given, else the engine's defaults."""
+    if units.kv_budget == "layers":
+        length = int(
+            max_model_len or units.defaults.get("max_model_len") or min(4096, s.max_position or 4096)
+        )
+        default_seqs = int(units.defaults.get("max_num_seqs") or 1)
+    else:
+        length = int(max_model_len or s.max_position or 4096)
+        _, default_seqs, _ = engine_defaults(units, engine_version, gpu_total_gib, gpu_name)
+        if units.profile != "dummy_batch" and units.defaults.get("max_num_seqs"):
+            default_seqs = int(units.defaults["max_num_seqs"])
+    return length, max_num_seqs or default_seqs
 
 
 def engine_generation(version: str | None) -> str | None:

@@ -323,22 +323,20 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
             "a proxy or gateway may be answering instead of the server (check NO_PROXY and the URL)",
         )
         return False
+    _check_answer(res, body, chat, max_tokens)
+    return False
+
+
+def _check_answer(res: ProbeResult, body: dict[str, Any], chat: bool, max_tokens: int) -> None:
+    """The answer's shape: text, finish reason, usage that adds up, output that is not degenerate."""
     choices = body.get("choices") or []
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     res.text = _choice_text(choice, chat)
-    res.check(
-        "text",
-        bool(res.text and res.text.strip()),
-        (res.text or "")[:60],
-        "" if res.text and res.text.strip() else "no generated text",
-    )
+    has_text = bool(res.text and res.text.strip())
+    res.check("text", has_text, (res.text or "")[:60], "" if has_text else "no generated text")
     res.finish_reason = choice.get("finish_reason")
-    res.check(
-        "finish_reason",
-        res.finish_reason in ("length", "stop"),
-        res.finish_reason,
-        "" if res.finish_reason in ("length", "stop") else "expected 'length' or 'stop'",
-    )
+    finished = res.finish_reason in ("length", "stop")
+    res.check("finish_reason", finished, res.finish_reason, "" if finished else "expected 'length' or 'stop'")
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else None
     res.usage = usage
     adds_up = (
@@ -359,7 +357,7 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
                 "a quantization kernel, the dtype, or an engine upgrade (compare with the previous version)",
                 "check the chat template and generation_config (repetition_penalty, stop tokens)",
             )
-            return False
+            return
     if not res.ok:
         res.fail(
             "service",
@@ -367,7 +365,6 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
             "an empty or malformed answer after a clean start often means a wrong chat template or tokenizer "
             "(try --chat, or check the model's generation_config)",
         )
-    return False
 
 
 def sse_events(r: Any) -> Iterator[tuple[float, dict[str, Any] | None]]:
