@@ -1190,84 +1190,89 @@ def _evaluate(p: Plan) -> Plan:
     """Fill the computed fields of a plan from its inputs."""
     if p.units.kv_budget == "layers":
         return _evaluate_layers(p)
-    s, gpus, total, used, tp, pp = p.shape, p.gpus, p.gpu_total_gib, p.used_gib, p.tp, p.pp
-    util, length, seqs, batched = p.util, p.max_model_len, p.max_num_seqs, p.max_num_batched_tokens
-    kv_dtype, engine = p.kv_dtype, p.engine
-    kind = p.units.kv_budget
+    s, tp, pp, kind = p.shape, p.tp, p.pp, p.units.kv_budget
     p.reasons, p.assumptions, p.what_would = [], [], []
-    shards = tp * pp
     stages = stage_weight_bytes(s, pp)
     padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
     p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
-    p.activation_gib = activation_gib(s, batched, seqs, tp, p.units, p.engine_version)
-    p.overhead_gib = overhead_gib(p.units, p.engine_version, shards, seqs, p.eager)
-    # SGLang: activations, CUDA graphs and the CUDA context live in the share outside the static
-    # fraction (not subtracted from the pool, but they must fit there)
-    share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization')} {util}"
-
-    def kv_room(stage_weights_gib: float) -> float:
-        """GiB of KV cache on a GPU holding these weights."""
-        if kind == "free_static":
-            return (total - used) * util - stage_weights_gib
-        if kind == "free_after_weights":
-            after = total - used - stage_weights_gib - p.overhead_gib
-            if p.units.activations == "before_share":  # activation buffers are taken before the share
-                return util * (after - p.activation_gib)
-            return util * after  # LMDeploy: activations live in the rest
-        return total * util - used - p.activation_gib - p.overhead_gib - stage_weights_gib
-
-    if kind == "free_static":
-        p.assumptions.append(
-            f"{engine}: weights + KV pool = {share} × free memory; activations and CUDA graphs use the rest"
-        )
-    elif kind == "free_after_weights":
-        p.assumptions.append(
-            f"{engine}: KV cache = {share} × the memory free after the weights"
-            + (
-                " and activation buffers"
-                if p.units.activations == "before_share"
-                else "; activations use the rest"
-            )
-        )
-    else:
-        p.assumptions.append(
-            f"{engine}: KV = total × {util} − weights − activation peak − non-torch/graphs; memory "
-            "used by other processes is subtracted"
-        )
-    p.kv_gib_per_gpu = kv_room(p.weights_gib_per_gpu)
+    p.activation_gib = activation_gib(
+        s, p.max_num_batched_tokens, p.max_num_seqs, tp, p.units, p.engine_version
+    )
+    p.overhead_gib = overhead_gib(p.units, p.engine_version, tp * pp, p.max_num_seqs, p.eager)
+    p.assumptions.append(_budget_said(p))
+    p.kv_gib_per_gpu = _kv_room(p, p.weights_gib_per_gpu)
     # what the weights may take before nothing is left for the KV cache
     if kind == "free_after_weights":
-        budget = (
-            total
-            - used
-            - p.overhead_gib
-            - (p.activation_gib if p.units.activations == "before_share" else 0.0)
-        )
+        before = p.activation_gib if p.units.activations == "before_share" else 0.0
+        p.weights_room_gib = p.gpu_total_gib - p.used_gib - p.overhead_gib - before
     else:
-        budget = p.kv_gib_per_gpu + p.weights_gib_per_gpu
-    p.weights_room_gib = budget
-    per_tok = kv_bytes_per_token(s, kv_dtype, tp) / pp
+        p.weights_room_gib = p.kv_gib_per_gpu + p.weights_gib_per_gpu
     # each stage caches its own layers: the one with the least room per token decides
-    per_layer = kv_bytes_per_token(s, kv_dtype, tp) / max(1, s.layers)
+    per_layer = kv_bytes_per_token(s, p.kv_dtype, tp) / max(1, s.layers)
     p.kv_tokens = (
         max(
             0,
             min(
-                int(kv_room((w + padding / max(1, pp)) / tp / GIB) * GIB / (per_layer * max(1, n)))
+                int(_kv_room(p, (w + padding / max(1, pp)) / tp / GIB) * GIB / (per_layer * max(1, n)))
                 for w, n in zip(stages, stage_layers(s.layers, pp), strict=True)
             ),
         )
         if per_layer
         else 0
     )
+    length = p.max_model_len
     window = s.window or length
     full = s.attn_layers - s.window_layers
-    eff = (full * length + s.window_layers * min(window, length)) / max(
-        1, s.attn_layers
-    )  # tokens per request
-    p.max_concurrency = p.kv_tokens / eff if eff else 0.0
-    p.longest_context_for_seqs = int(p.kv_tokens / max(1, seqs))
-    p.assumptions += [
+    per_request = (full * length + s.window_layers * min(window, length)) / max(1, s.attn_layers)
+    p.max_concurrency = p.kv_tokens / per_request if per_request else 0.0
+    p.longest_context_for_seqs = int(p.kv_tokens / max(1, p.max_num_seqs))
+    p.assumptions += _shape_said(p, padding)
+    p.reasons += _why_not(p)
+    p.fits = not p.reasons
+    return p
+
+
+def _kv_room(p: Plan, stage_weights_gib: float) -> float:
+    """GiB of KV cache on a GPU holding these weights, by how the engine sizes its cache."""
+    total, used, util, kind = p.gpu_total_gib, p.used_gib, p.util, p.units.kv_budget
+    if kind == "free_static":
+        return (total - used) * util - stage_weights_gib
+    if kind == "free_after_weights":
+        after = total - used - stage_weights_gib - p.overhead_gib
+        if p.units.activations == "before_share":  # activation buffers are taken before the share
+            return util * (after - p.activation_gib)
+        return util * after  # LMDeploy: activations live in the rest
+    return total * util - used - p.activation_gib - p.overhead_gib - stage_weights_gib
+
+
+def _budget_said(p: Plan) -> str:
+    """How this engine's KV budget is reckoned, in its own flag's words."""
+    # SGLang: activations, CUDA graphs and the CUDA context live in the share outside the static
+    # fraction (not subtracted from the pool, but they must fit there)
+    share = f"{p.units.flags.get('gpu_memory_utilization', 'gpu_memory_utilization')} {p.util}"
+    kind, engine = p.units.kv_budget, p.engine
+    if kind == "free_static":
+        return (
+            f"{engine}: weights + KV pool = {share} × free memory; activations and CUDA graphs use the rest"
+        )
+    if kind == "free_after_weights":
+        rest = (
+            " and activation buffers"
+            if p.units.activations == "before_share"
+            else "; activations use the rest"
+        )
+        return f"{engine}: KV cache = {share} × the memory free after the weights" + rest
+    return (
+        f"{engine}: KV = total × {p.util} − weights − activation peak − non-torch/graphs; memory "
+        "used by other processes is subtracted"
+    )
+
+
+def _shape_said(p: Plan, padding: float) -> list[str]:
+    """What the plan assumed of the model: its weights, the activation peak, KV per token."""
+    s, tp = p.shape, p.tp
+    per_tok = kv_bytes_per_token(s, p.kv_dtype, tp) / p.pp
+    return [
         (
             f"weights: {s.exact_bytes / GIB:.2f} GiB from {s.exact_from}, exactly"
             if s.exact_bytes
@@ -1281,36 +1286,40 @@ def _evaluate(p: Plan) -> Plan:
             )
             + " (config arithmetic: give --weights DIR for the checkpoint's own size)"
         ),
-        f"activation peak estimated for max_num_batched_tokens={batched}, max_num_seqs={seqs}",
+        f"activation peak estimated for max_num_batched_tokens={p.max_num_batched_tokens}, max_num_seqs={p.max_num_seqs}",
         *([f"MXFP4 experts padded by the kernels: +{padding / tp / GIB:.2f} GiB per GPU"] if padding else []),
         f"KV per token per GPU {per_tok / 1024:.1f} KiB ({'MLA latent, replicated' if s.mla else 'KV heads split over TP'})",
     ]
+
+
+def _why_not(p: Plan) -> list[str]:
+    """Why the plan cannot work (none: it fits)."""
+    s, tp, pp, kind, length = p.shape, p.tp, p.pp, p.units.kv_budget, p.max_model_len
+    out = []
     if s.heads % tp:
-        p.reasons.append(f"{s.heads} attention heads are not divisible by tensor_parallel_size {tp}")
+        out.append(f"{s.heads} attention heads are not divisible by tensor_parallel_size {tp}")
     if pp > s.layers:
-        p.reasons.append(f"{pp} pipeline stages for {s.layers} layers: a stage would hold none")
-    if shards > gpus:
-        p.reasons.append(f"{shards} GPUs needed (tp × pp), {gpus} visible")
+        out.append(f"{pp} pipeline stages for {s.layers} layers: a stage would hold none")
+    if tp * pp > p.gpus:
+        out.append(f"{tp * pp} GPUs needed (tp × pp), {p.gpus} visible")
     if p.kv_gib_per_gpu < 0:
-        p.reasons.append(
+        budget = p.weights_room_gib
+        out.append(
             f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
             if kind != "free_after_weights"
             else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are free"
         )
     elif (rest := _outside_share(p, kind)) is not None and p.activation_gib + rest[1] > rest[0]:
         need, left = p.activation_gib + rest[1], rest[0]
-        p.reasons.append(
-            f"activations need {need:.1f} GiB, the {1 - util:.2f} left beside the KV cache is {left:.1f} GiB"
+        out.append(
+            f"activations need {need:.1f} GiB, the {1 - p.util:.2f} left beside the KV cache is {left:.1f} GiB"
         )
     elif p.max_concurrency < 1:
         # sliding-window layers keep only their window: a request costs fewer tokens than its length
-        p.reasons.append(f"the KV cache holds {p.kv_tokens} tokens, less than one request of {length}")
+        out.append(f"the KV cache holds {p.kv_tokens} tokens, less than one request of {length}")
     if s.max_position and length > s.max_position:
-        p.reasons.append(
-            f"max_model_len {length} is above the model's max_position_embeddings {s.max_position}"
-        )
-    p.fits = not p.reasons
-    return p
+        out.append(f"max_model_len {length} is above the model's max_position_embeddings {s.max_position}")
+    return out
 
 
 def _evaluate_layers(p: Plan) -> Plan:
