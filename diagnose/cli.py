@@ -575,43 +575,15 @@ def _run_sweep(
     """The concurrency sweep after a probe that passed: steps, knee, bound, regressions."""
     import json
 
-    from .sweep import Sweep, compare_sweep, read_sweep_baseline, run_sweep, save_sweep
+    from .sweep import Sweep, compare_sweep, read_sweep_baseline, save_sweep
 
     if compare:
         read_sweep_baseline(compare)  # a wrong path or file is told before the sweep, not after
 
     result = Sweep()
     if res.ok:
-        progress_cm: Any = None
-        update = None
-        if not json_out and sys.stderr.isatty():
-            from rich.progress import Progress
-
-            progress_cm = Progress(console=Console(stderr=True), transient=True)
-            task = progress_cm.add_task("sweep", total=1)
-
-            def update(done: int, total: int, c: int) -> None:
-                progress_cm.update(task, completed=done, total=total, description=f"concurrency {c}")
-
-            progress_cm.start()
-        try:
-            result = run_sweep(
-                res.url,
-                res.model,
-                levels,
-                prompt,
-                max_tokens,
-                chat,
-                per_level,
-                max_requests,
-                sweep_time,
-                timeouts,
-                sent,
-                update,
-            )
-        finally:
-            if progress_cm is not None:
-                progress_cm.stop()
+        args = (res.url, res.model, levels, prompt, max_tokens, chat, per_level, max_requests, sweep_time)
+        result = _sweep_with_progress(args, timeouts, sent, not json_out and sys.stderr.isatty())
         if compare:
             compare_sweep(result, compare, tolerance)
         if save and result.steps:
@@ -622,13 +594,39 @@ def _run_sweep(
         out["ok"] = ok
         out["sweep"] = result.to_json()
         print(json.dumps(out, indent=2, ensure_ascii=False))
-        return EXIT_OK if ok else EXIT_FOUND
-    c = _console()
-    if not res.ok:
+    elif not res.ok:
+        c = _console()
         c.print(Text(f"✗ does not serve: {res.url}: no sweep", style="bold red"))
         if res.cause:
             c.print(Text(f"  cause  {res.cause.title}", style="bold"))
-        return EXIT_FOUND
+    else:
+        _print_sweep(res, result)
+    return EXIT_OK if ok else EXIT_FOUND
+
+
+def _sweep_with_progress(args: tuple[Any, ...], timeouts: Any, sent: dict[str, str], bar: bool) -> Any:
+    """run_sweep, with a progress bar on a terminal's stderr (`bar`)."""
+    from .sweep import run_sweep
+
+    if not bar:
+        return run_sweep(*args, timeouts, sent, None)
+    from rich.progress import Progress
+
+    progress = Progress(console=Console(stderr=True), transient=True)
+    task = progress.add_task("sweep", total=1)
+
+    def update(done: int, total: int, c: int) -> None:
+        progress.update(task, completed=done, total=total, description=f"concurrency {c}")
+
+    progress.start()
+    try:
+        return run_sweep(*args, timeouts, sent, update)
+    finally:
+        progress.stop()
+
+
+def _print_sweep(res: Any, result: Any) -> None:
+    c = _console()
     c.print(Text(f"sweep: {res.url}" + (f"  model {res.model}" if res.model else ""), style="bold"))
     c.print(Text("  conc  reqs  err  TTFT p50/p99 ms   TPOT p50/p99 ms   req/s   tok/s", style="dim"))
     for s in result.steps:
@@ -638,11 +636,8 @@ def _run_sweep(
             f"{_f(s.ttft_p50_ms):>7}/{_f(s.ttft_p99_ms):<8} {_f(s.tpot_p50_ms):>7}/{_f(s.tpot_p99_ms):<8} "
             f"{_f(s.req_per_s):>6}  {_f(s.tok_per_s):>6}{mark}"
         )
-    c.print(
-        Text(
-            f"  knee   {result.knee if result.knee is not None else '—'}   bound {result.bound}", style="bold"
-        )
-    )
+    knee = result.knee if result.knee is not None else "—"
+    c.print(Text(f"  knee   {knee}   bound {result.bound}", style="bold"))
     if result.why:
         c.print(Text(f"  {result.why}", style="dim"))
     if result.next_step:
@@ -651,7 +646,6 @@ def _run_sweep(
         c.print(Text(f"  note: {result.stopped}", style="yellow"))
     for r in result.regressions:
         c.print(Text(f"  ✗ regression  {r}", style="red"))
-    return EXIT_OK if ok else EXIT_FOUND
 
 
 def _f(x: float | None) -> str:
