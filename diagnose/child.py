@@ -69,122 +69,155 @@ def run_child(
     before its whole process group is stopped (at once with `stop_on_failure`); the child's own
     exit ends the run even when workers it left behind hold the pipe; Ctrl-C/SIGTERM are
     forwarded to the group; `timeout` ends the whole group."""
+    run = _ChildRun(cmd, session, console, log_path, json_out, echo)
+    old = {s: signal.signal(s, run.forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as e:
-        raise InputError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
-    assert proc.stdout is not None
-    logf: Any = None
-    if log_path:
-        try:
-            logf = open(log_path, "ab")  # noqa: SIM115 - closed below
-        except OSError as e:
-            terminate(proc)
-            raise InputError(f"{log_path}: cannot write the log: {e.strerror or e}") from None
-    interrupts = 0
-
-    def forward(sig: int, _frame: Any) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        _signal_group(proc, signal.SIGKILL if interrupts > 1 else sig)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    started = time.monotonic()
-    fd = proc.stdout.fileno()
-    sel = selectors.DefaultSelector()
-    sel.register(fd, selectors.EVENT_READ)
-    # the server's own output scrolls on the terminal: phase lines, not a live panel, go with it
-    progress = make_progress(session, console, json_out or echo)
-    out = sys.stderr.buffer if echo and sys.stderr is not None else None
-    partial = b""
-    verdict: Verdict | None = None
-    announced_ready = False
-    fatal_at: float | None = None  # when a fatal verdict was said (the grace period starts)
-    try:
-        while True:
-            eof = False
-            ready = sel.select(timeout=0.5)
-            if not ready and proc.poll() is not None:
-                # the child itself has exited and its output is drained: workers it left behind
-                # may hold the pipe open for ever, so its exit, not the pipe's end, ends the run
-                _end_orphans(proc)
-                eof = True
-            if ready:
-                data = os.read(fd, 1 << 16)
-                if not data:
-                    eof = True
-                else:
-                    if logf is not None:
-                        logf.write(data)
-                        logf.flush()
-                    if out is not None:
-                        out.write(data)
-                        out.flush()
-                    buf = partial + data
-                    cut = buf.rfind(b"\n")
-                    if cut >= 0:
-                        session.feed(buf[: cut + 1])
-                        partial = buf[cut + 1 :]
-                    else:
-                        partial = buf
-            if eof:
+        while not run.read():
+            if run.verdict is None:
+                run.judge(stop_on_failure, on_verdict)
+            if run.fatal_at is not None and grace is not None and time.monotonic() - run.fatal_at > grace:
+                run.stop()  # the whole group: a failed server that would not exit
                 break
-            if verdict is None:
-                v = session.check()
-                if v is not None and v.kind == "ready":
-                    if not announced_ready:
-                        announced_ready = True
-                        progress.stop()
-                        # with --json, stdout carries the JSON alone: progress goes to stderr
-                        (Console(stderr=True) if json_out else console).print(
-                            Text(
-                                f"ready in {time.monotonic() - started:.0f} s; watching for runtime failures",
-                                style="bold green",
-                            )
-                        )
-                        progress = make_progress(session, console, json_out)
-                    session.follow_after_ready = True
-                elif v is not None:
-                    verdict = v
-                    fatal_at = time.monotonic()
-                    if stop_on_failure:
-                        progress.stop()
-                        terminate(proc)
-                    elif on_verdict is not None:
-                        on_verdict(v)  # said now; the server may exit on its own within `grace`
-                progress.update()
-            if fatal_at is not None and grace is not None and time.monotonic() - fatal_at > grace:
-                if proc.poll() is None:
-                    progress.stop()
-                    terminate(proc)  # the whole group: a failed server that would not exit
-                break
-            if timeout is not None and verdict is None and time.monotonic() - started > timeout:
+            if timeout is not None and run.verdict is None and time.monotonic() - run.started > timeout:
                 # a server that became ready and ran until --timeout is not a failure: a stop
-                verdict = Verdict("stopped" if announced_ready else "timeout", session.diagnosis())
-                progress.stop()
-                terminate(proc)  # the whole group: nothing is left running with its pipe closed
+                run.verdict = Verdict("stopped" if run.announced_ready else "timeout", session.diagnosis())
+                run.stop(always=True)  # the whole group: nothing is left running with its pipe closed
                 break
-        if partial:
-            session.feed(partial + b"\n")  # a last line the server never finished
-        rc = proc.poll()
-        if rc is None and eof:
-            rc = proc.wait()
-        if verdict is None:
-            verdict = session.check(final=True) or _ended(session, rc, stopped=interrupts > 0)
+        verdict = run.finish()
     finally:
-        progress.stop()
-        sel.close()
+        run.close()
         for s, h in old.items():
             signal.signal(s, h)
-        if logf is not None:
-            logf.close()
-    return verdict, proc.poll(), started
+    return verdict, run.proc.poll(), run.started
+
+
+class _ChildRun:
+    """One server child: its pipe read, teed and fed to the session, its verdict as it comes."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        session: LiveSession,
+        console: Console,
+        log_path: str | None,
+        json_out: bool,
+        echo: bool,
+    ):
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise InputError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
+        assert self.proc.stdout is not None
+        self.logf: Any = None
+        if log_path:
+            try:
+                self.logf = open(log_path, "ab")  # noqa: SIM115 - closed in close()
+            except OSError as e:
+                terminate(self.proc)
+                raise InputError(f"{log_path}: cannot write the log: {e.strerror or e}") from None
+        self.session, self.console, self.json_out = session, console, json_out
+        self.interrupts = 0
+        self.started = time.monotonic()
+        self.fd = self.proc.stdout.fileno()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.fd, selectors.EVENT_READ)
+        # the server's own output scrolls on the terminal: phase lines, not a live panel, go with it
+        self.progress = make_progress(session, console, json_out or echo)
+        self.out = sys.stderr.buffer if echo and sys.stderr is not None else None
+        self.partial = b""
+        self.verdict: Verdict | None = None
+        self.announced_ready = False
+        self.fatal_at: float | None = None  # when a fatal verdict was said (the grace period starts)
+        self.eof = False
+
+    def forward(self, sig: int, _frame: Any) -> None:
+        """Ctrl-C/SIGTERM to the whole group; a second one kills it."""
+        self.interrupts += 1
+        _signal_group(self.proc, signal.SIGKILL if self.interrupts > 1 else sig)
+
+    def read(self) -> bool:
+        """Wait up to half a second for output and take it; whether the run's output ended."""
+        ready = self.sel.select(timeout=0.5)
+        if not ready and self.proc.poll() is not None:
+            # the child itself has exited and its output is drained: workers it left behind
+            # may hold the pipe open for ever, so its exit, not the pipe's end, ends the run
+            _end_orphans(self.proc)
+            self.eof = True
+        elif ready:
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                self.eof = True
+            else:
+                self._take(data)
+        return self.eof
+
+    def _take(self, data: bytes) -> None:
+        for sink in (self.logf, self.out):
+            if sink is not None:
+                sink.write(data)
+                sink.flush()
+        buf = self.partial + data
+        cut = buf.rfind(b"\n")
+        if cut >= 0:
+            self.session.feed(buf[: cut + 1])
+            self.partial = buf[cut + 1 :]
+        else:
+            self.partial = buf
+
+    def judge(self, stop_on_failure: bool, on_verdict: Any) -> None:
+        v = self.session.check()
+        if v is not None and v.kind == "ready":
+            if not self.announced_ready:
+                self.announced_ready = True
+                self.progress.stop()
+                # with --json, stdout carries the JSON alone: progress goes to stderr
+                (Console(stderr=True) if self.json_out else self.console).print(
+                    Text(
+                        f"ready in {time.monotonic() - self.started:.0f} s; watching for runtime failures",
+                        style="bold green",
+                    )
+                )
+                self.progress = make_progress(self.session, self.console, self.json_out)
+            self.session.follow_after_ready = True
+        elif v is not None:
+            self.verdict = v
+            self.fatal_at = time.monotonic()
+            if stop_on_failure:
+                self.progress.stop()
+                terminate(self.proc)
+            elif on_verdict is not None:
+                on_verdict(v)  # said now; the server may exit on its own within `grace`
+        self.progress.update()
+
+    def stop(self, always: bool = False) -> None:
+        """Stop the whole process group (`always`: even when the child itself has exited)."""
+        if always or self.proc.poll() is None:
+            self.progress.stop()
+            terminate(self.proc)
+
+    def finish(self) -> Verdict:
+        if self.partial:
+            self.session.feed(self.partial + b"\n")  # a last line the server never finished
+        rc = self.proc.poll()
+        if rc is None and self.eof:
+            rc = self.proc.wait()
+        if self.verdict is None:
+            self.verdict = self.session.check(final=True) or _ended(
+                self.session, rc, stopped=self.interrupts > 0
+            )
+        return self.verdict
+
+    def close(self) -> None:
+        self.progress.stop()
+        self.sel.close()
+        if self.logf is not None:
+            self.logf.close()
 
 
 STOP_EXIT = {130: "Ctrl-C", 143: "SIGTERM", -2: "SIGINT", -15: "SIGTERM"}
