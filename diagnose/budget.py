@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,205 +335,241 @@ def shape_from_config(
     return s
 
 
-def _shape(
-    cfg: dict[str, Any], text: dict[str, Any], quantization: str | None, dtype: str | None
-) -> ModelShape:
-    partial: list[str] = []
-    h = int(text["hidden_size"])
-    L = int(text["num_hidden_layers"])
-    H = int(text["num_attention_heads"])
-    K = int(_get(text, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", default=H))
-    d = int(_get(text, "head_dim", default=0) or h // H)
-    V = int(text["vocab_size"])
-    tied = bool(_get(text, "tie_word_embeddings", default=cfg.get("tie_word_embeddings", False)))
-    mtype = str(text.get("model_type") or cfg.get("model_type") or "unknown")
-    kv_lora = text.get("kv_lora_rank")
-    rope = int(text.get("qk_rope_head_dim") or 0)
-    mla = (int(kv_lora), rope) if kv_lora else None
+@dataclass(slots=True)
+class _Dims:
+    """The text model's dimensions as config.json gives them."""
 
-    # attention
-    if mla:
+    h: int  # hidden size
+    L: int  # layers
+    H: int  # attention heads
+    K: int  # KV heads
+    d: int  # head dim
+    V: int  # vocabulary
+    tied: bool
+    mtype: str
+    mla: tuple[int, int] | None  # (kv_lora_rank, qk_rope_head_dim) of MLA attention
+
+
+@dataclass(slots=True)
+class _Moe:
+    """Which layers are mixture-of-experts, and how wide each kind of MLP is."""
+
+    text: dict[str, Any]
+    experts: int
+    i_dense: int
+    i_moe: int
+    shared_i: int
+    first_dense: int
+    freq: int
+    step: int
+    mlp_only: set[int]
+
+    def is_moe(self, layer: int) -> bool:
+        if not self.experts or layer < self.first_dense or layer in self.mlp_only:
+            return False
+        if "decoder_sparse_step" in self.text or "interleave_moe_layer_step" in self.text:
+            return (layer + 1) % self.step == 0
+        return layer % self.freq == 0
+
+
+def _dims(cfg: dict[str, Any], text: dict[str, Any]) -> _Dims:
+    h = int(text["hidden_size"])
+    H = int(text["num_attention_heads"])
+    kv_lora = text.get("kv_lora_rank")
+    return _Dims(
+        h=h,
+        L=int(text["num_hidden_layers"]),
+        H=H,
+        K=int(_get(text, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", default=H)),
+        d=int(_get(text, "head_dim", default=0) or h // H),
+        V=int(text["vocab_size"]),
+        tied=bool(_get(text, "tie_word_embeddings", default=cfg.get("tie_word_embeddings", False))),
+        mtype=str(text.get("model_type") or cfg.get("model_type") or "unknown"),
+        mla=(int(kv_lora), int(text.get("qk_rope_head_dim") or 0)) if kv_lora else None,
+    )
+
+
+def _attention(text: dict[str, Any], m: _Dims) -> tuple[int, dict[str, int]]:
+    """Parameters of one layer's attention, and its linear modules by name."""
+    h, H, K, d = m.h, m.H, m.K, m.d
+    if m.mla:
+        rank, rope = m.mla
         nope = int(text.get("qk_nope_head_dim") or 0)
         v = int(text.get("v_head_dim") or nope)
         ql = text.get("q_lora_rank")
         q = (h * ql + ql + ql * H * (nope + rope)) if ql else h * H * (nope + rope)
-        attn = q + h * (mla[0] + rope) + mla[0] + mla[0] * H * (nope + v) + H * v * h
-        attn_modules = {
+        attn = q + h * (rank + rope) + rank + rank * H * (nope + v) + H * v * h
+        modules = {
             **({"q_a_proj": h * ql, "q_b_proj": ql * H * (nope + rope)} if ql else {"q_proj": q}),
-            "kv_a_proj_with_mqa": h * (mla[0] + rope),
-            "kv_b_proj": mla[0] * H * (nope + v),
+            "kv_a_proj_with_mqa": h * (rank + rope),
+            "kv_b_proj": rank * H * (nope + v),
             "o_proj": H * v * h,
         }
-    else:
-        attn = h * H * d + 2 * h * K * d + H * d * h
-        attn_modules = {"q_proj": h * H * d, "k_proj": h * K * d, "v_proj": h * K * d, "o_proj": H * d * h}
-        if text.get("attention_bias") or mtype.startswith("qwen2") or mtype == "gpt_oss":
-            attn += H * d + 2 * K * d + (h if mtype == "gpt_oss" else 0)
-        if mtype == "gpt_oss":
-            attn += H  # attention sinks
+        return attn, modules
+    attn = h * H * d + 2 * h * K * d + H * d * h
+    modules = {"q_proj": h * H * d, "k_proj": h * K * d, "v_proj": h * K * d, "o_proj": H * d * h}
+    if text.get("attention_bias") or m.mtype.startswith("qwen2") or m.mtype == "gpt_oss":
+        attn += H * d + 2 * K * d + (h if m.mtype == "gpt_oss" else 0)
+    if m.mtype == "gpt_oss":
+        attn += H  # attention sinks
+    return attn, modules
 
-    # MLP / experts per layer
+
+def _moe(text: dict[str, Any], m: _Dims) -> _Moe:
     experts = int(_get(text, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0)
     i_dense = int(_get(text, "intermediate_size", default=0) or 0)
     i_moe = int(_get(text, "moe_intermediate_size", default=0) or i_dense)
     shared_i = int(text.get("shared_expert_intermediate_size") or 0)
     if not shared_i and text.get("n_shared_experts"):
         shared_i = int(text["n_shared_experts"]) * i_moe
-    if mtype.startswith("llama4"):
+    if m.mtype.startswith("llama4"):
         shared_i = i_dense  # Llama 4: one shared expert as wide as a routed one
         i_dense = int(text.get("intermediate_size_mlp") or i_dense)
-    first_dense = int(text.get("first_k_dense_replace") or 0)
-    freq = int(text.get("moe_layer_freq") or 1)
-    step = int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1)
-    mlp_only = set(text.get("mlp_only_layers") or [])
-    gated = 3  # gate, up, down
+    return _Moe(
+        text=text,
+        experts=experts,
+        i_dense=i_dense,
+        i_moe=i_moe,
+        shared_i=shared_i,
+        first_dense=int(text.get("first_k_dense_replace") or 0),
+        freq=int(text.get("moe_layer_freq") or 1),
+        step=int(_get(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1),
+        mlp_only=set(text.get("mlp_only_layers") or []),
+    )
 
-    def is_moe(layer: int) -> bool:
-        if not experts:
-            return False
-        if layer < first_dense or layer in mlp_only:
-            return False
-        if "decoder_sparse_step" in text or "interleave_moe_layer_step" in text:
-            return (layer + 1) % step == 0
-        return layer % freq == 0
 
-    expert_params = 0.0
-    dense_mlp = 0.0
-    router = 0.0
+GATED = 3  # gate, up, down
+
+
+def _shape(
+    cfg: dict[str, Any], text: dict[str, Any], quantization: str | None, dtype: str | None
+) -> ModelShape:
+    m = _dims(cfg, text)
+    h, L = m.h, m.L
+    attn, attn_modules = _attention(text, m)
+    moe = _moe(text, m)
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and len(pattern) == L:
-        # Nemotron-H style: M = Mamba-2 mixer, * = attention, - = MLP, one block per layer
-        plain = str(text.get("mlp_hidden_act", "")) in ("relu2", "relu", "gelu")
-        mlp = (2 if plain else gated) * h * i_dense
-        nh, hd = int(text.get("mamba_num_heads") or 0), int(text.get("mamba_head_dim") or 0)
-        ng, ds = int(text.get("n_groups") or 1), int(text.get("ssm_state_size") or 0)
-        d_in = nh * hd or int(text.get("expand") or 2) * h
-        conv = int(text.get("conv_kernel") or 4)
-        mamba = h * (2 * d_in + 2 * ng * ds + nh) + (d_in + 2 * ng * ds) * conv + d_in * h + 3 * nh + d_in
-        n_m, n_a, n_mlp = pattern.count("M"), pattern.count("*"), pattern.count("-")
-        quantizable = n_a * attn + n_mlp * mlp + n_m * mamba
-        norms = L * h + h
-        kept = V * h * (1 if tied else 2) + norms
-        return _finish(
-            max(i_dense, 2 * d_in // 3),
-            cfg,
-            text,
-            quantizable,
-            kept,
-            0.0,
-            [],
-            quantization,
-            dtype,
-            h,
-            L,
-            H,
-            K,
-            d,
-            V,
-            tied,
-            mtype,
-            mla,
-            [c == "*" for c in pattern],
-            None,
-        )
+        return _hybrid_shape(cfg, text, quantization, dtype, m, attn, moe.i_dense, pattern)
+    partial: list[str] = []
+    expert_params = dense_mlp = router = 0.0
     for layer in range(L):
-        if is_moe(layer):
-            per_expert = gated * h * i_moe
-            if mtype == "gpt_oss":
-                per_expert += 2 * i_moe + h  # expert biases
-            expert_params += experts * per_expert
-            dense_mlp += gated * h * shared_i
-            router += h * experts + (experts if mtype == "gpt_oss" else 0)
+        if moe.is_moe(layer):
+            per_expert = GATED * h * moe.i_moe
+            if m.mtype == "gpt_oss":
+                per_expert += 2 * moe.i_moe + h  # expert biases
+            expert_params += moe.experts * per_expert
+            dense_mlp += GATED * h * moe.shared_i
+            router += h * moe.experts + (moe.experts if m.mtype == "gpt_oss" else 0)
         else:
-            dense_mlp += gated * h * i_dense
+            dense_mlp += GATED * h * moe.i_dense
     kinds, window = _layer_kinds(text, L)
     if isinstance(text.get("layer_types"), list) and any("linear" in str(t) for t in text["layer_types"]):
         partial.append("linear-attention layers are counted as standard attention for parameters")
-    norms = 2 * h * L + h
-    embed = V * h * (1 if tied else 2)
-    vision = 0.0
-    vision_shape = (0, 0, 0)
-    vc = cfg.get("vision_config")
-    if isinstance(vc, dict):
-        # Qwen2-VL: embed_dim is the ViT's width, hidden_size the merger's output (the LLM's)
-        vh = int(_get(vc, "embed_dim", "hidden_size", default=0) or 0)
-        vl = int(_get(vc, "num_hidden_layers", "depth", default=0) or 0)
-        vi = int(_get(vc, "intermediate_size", default=0) or int(vc.get("mlp_ratio") or 4) * vh)
-        if vh and vl:
-            gated = str(vc.get("hidden_act", "")) in ("silu", "swiglu")  # Qwen2.5-VL's gated MLP
-            vision = vl * (4 * vh * vh + (3 if gated else 2) * vh * vi) + vh * h
-            merge = int(vc.get("spatial_merge_size") or 0)
-            if merge > 1:  # Qwen-VL's patch merger: (vh·m²)² then to the LLM's width
-                wide = vh * merge * merge
-                vision += wide * wide + wide * h
-                # vLLM profiles one image of the largest size: 16,384 tokens after merging
-                patches = 16384 * merge * merge
-            else:  # fixed-size images (SigLIP, CLIP): a batch's worth of them, about 8
-                side = int(vc.get("image_size") or 896) // max(1, int(vc.get("patch_size") or 14))
-                patches = 8 * side * side
-            vision_shape = (vh, vi, patches)
-            partial.append("vision tower estimated from its hidden size, depth and MLP width")
+    vision, vision_shape = _vision(cfg, h, partial)
     quantizable = L * attn + dense_mlp + expert_params
-    kept = embed + norms + router + vision
+    kept = m.V * h * (1 if m.tied else 2) + 2 * h * L + h + router + vision
     if quantization is None:
         # modules the checkpoint keeps at the model dtype: counted at the model dtype
-        moe_block = "block_sparse_moe" if mtype in ("mixtral", "minimax", "minimax_m2") else "mlp"
-        shared_name = "shared_experts" if text.get("n_shared_experts") else "shared_expert"
-
-        def layer_modules(layer: int) -> list[tuple[str, float, str]]:
-            """(module name, parameters, kind) of one decoder layer's linear layers; one
-            representative expert stands for all of them."""
-            pre = f"model.layers.{layer}."
-            out = [(f"{pre}self_attn.{k}", float(n), "attention") for k, n in attn_modules.items()]
-            proj = ("gate_proj", "up_proj", "down_proj")
-            if not is_moe(layer):
-                return out + [(f"{pre}mlp.{k}", float(h * i_dense), "mlp") for k in proj]
-            if shared_i:
-                out += [(f"{pre}mlp.{shared_name}.{k}", float(h * shared_i), "shared") for k in proj]
-            ex = ("w1", "w3", "w2") if moe_block == "block_sparse_moe" else proj
-            return out + [
-                (f"{pre}{moe_block}.experts.0.{k}", float(experts * h * i_moe), "experts") for k in ex
-            ]
-
-        unq, note = _not_converted(cfg, text, L, layer_modules)
+        unq, note = _not_converted(cfg, text, L, _layer_modules(text, m, moe, attn_modules))
         if unq:
             quantizable -= unq
             kept += unq
             partial.append(note)
     topk = int(_get(text, "num_experts_per_tok", "experts_per_token", "moe_topk", default=1) or 1)
     width = max(
-        i_dense if any(not is_moe(x) for x in range(L)) else 0,
-        topk * (i_moe + h // 3) + shared_i if experts else 0,
+        moe.i_dense if any(not moe.is_moe(x) for x in range(L)) else 0,
+        topk * (moe.i_moe + h // 3) + moe.shared_i if moe.experts else 0,
     )
     shape = _finish(
-        width,
-        cfg,
-        text,
-        quantizable,
-        kept,
-        expert_params,
-        partial,
-        quantization,
-        dtype,
-        h,
-        L,
-        H,
-        K,
-        d,
-        V,
-        tied,
-        mtype,
-        mla,
-        kinds,
-        window,
-    )
-    shape.moe_intermediate = i_moe if experts else 0
+        width, cfg, text, quantizable, kept, expert_params, partial, quantization, dtype,
+        h, L, m.H, m.K, m.d, m.V, m.tied, m.mtype, m.mla, kinds, window,
+    )  # fmt: skip
+    shape.moe_intermediate = moe.i_moe if moe.experts else 0
     shape.vision = vision_shape
     gd = int(text.get("global_head_dim") or 0)
     gh = int(text.get("num_global_key_value_heads") or 0)
-    if (gd or gh) and (gd or d, gh or K) != (d, K):
-        shape.global_kv = (gh or K, gd or d)
+    if (gd or gh) and (gd or m.d, gh or m.K) != (m.d, m.K):
+        shape.global_kv = (gh or m.K, gd or m.d)
     return shape
+
+
+def _hybrid_shape(
+    cfg: dict[str, Any],
+    text: dict[str, Any],
+    quantization: str | None,
+    dtype: str | None,
+    m: _Dims,
+    attn: int,
+    i_dense: int,
+    pattern: str,
+) -> ModelShape:
+    """Nemotron-H style: M = Mamba-2 mixer, * = attention, - = MLP, one block per layer."""
+    h, L = m.h, m.L
+    plain = str(text.get("mlp_hidden_act", "")) in ("relu2", "relu", "gelu")
+    mlp = (2 if plain else GATED) * h * i_dense
+    nh, hd = int(text.get("mamba_num_heads") or 0), int(text.get("mamba_head_dim") or 0)
+    ng, ds = int(text.get("n_groups") or 1), int(text.get("ssm_state_size") or 0)
+    d_in = nh * hd or int(text.get("expand") or 2) * h
+    conv = int(text.get("conv_kernel") or 4)
+    mamba = h * (2 * d_in + 2 * ng * ds + nh) + (d_in + 2 * ng * ds) * conv + d_in * h + 3 * nh + d_in
+    quantizable = pattern.count("*") * attn + pattern.count("-") * mlp + pattern.count("M") * mamba
+    kept = m.V * h * (1 if m.tied else 2) + L * h + h
+    return _finish(
+        max(i_dense, 2 * d_in // 3), cfg, text, quantizable, kept, 0.0, [], quantization, dtype,
+        h, L, m.H, m.K, m.d, m.V, m.tied, m.mtype, m.mla, [c == "*" for c in pattern], None,
+    )  # fmt: skip
+
+
+def _vision(cfg: dict[str, Any], h: int, partial: list[str]) -> tuple[float, tuple[int, int, int]]:
+    """The vision tower's parameters and (width, MLP width, patches profiled), when there is one."""
+    vc = cfg.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0.0, (0, 0, 0)
+    # Qwen2-VL: embed_dim is the ViT's width, hidden_size the merger's output (the LLM's)
+    vh = int(_get(vc, "embed_dim", "hidden_size", default=0) or 0)
+    vl = int(_get(vc, "num_hidden_layers", "depth", default=0) or 0)
+    vi = int(_get(vc, "intermediate_size", default=0) or int(vc.get("mlp_ratio") or 4) * vh)
+    if not (vh and vl):
+        return 0.0, (0, 0, 0)
+    gated = str(vc.get("hidden_act", "")) in ("silu", "swiglu")  # Qwen2.5-VL's gated MLP
+    vision = vl * (4 * vh * vh + (3 if gated else 2) * vh * vi) + vh * h
+    merge = int(vc.get("spatial_merge_size") or 0)
+    if merge > 1:  # Qwen-VL's patch merger: (vh·m²)² then to the LLM's width
+        wide = vh * merge * merge
+        vision += wide * wide + wide * h
+        # vLLM profiles one image of the largest size: 16,384 tokens after merging
+        patches = 16384 * merge * merge
+    else:  # fixed-size images (SigLIP, CLIP): a batch's worth of them, about 8
+        side = int(vc.get("image_size") or 896) // max(1, int(vc.get("patch_size") or 14))
+        patches = 8 * side * side
+    partial.append("vision tower estimated from its hidden size, depth and MLP width")
+    return float(vision), (vh, vi, patches)
+
+
+def _layer_modules(
+    text: dict[str, Any], m: _Dims, moe: _Moe, attn_modules: dict[str, int]
+) -> Callable[[int], list[tuple[str, float, str]]]:
+    """(module name, parameters, kind) of one decoder layer's linear layers; one representative
+    expert stands for all of them."""
+    moe_block = "block_sparse_moe" if m.mtype in ("mixtral", "minimax", "minimax_m2") else "mlp"
+    shared_name = "shared_experts" if text.get("n_shared_experts") else "shared_expert"
+    h = m.h
+
+    def layer_modules(layer: int) -> list[tuple[str, float, str]]:
+        pre = f"model.layers.{layer}."
+        out = [(f"{pre}self_attn.{k}", float(n), "attention") for k, n in attn_modules.items()]
+        proj = ("gate_proj", "up_proj", "down_proj")
+        if not moe.is_moe(layer):
+            return out + [(f"{pre}mlp.{k}", float(h * moe.i_dense), "mlp") for k in proj]
+        if moe.shared_i:
+            out += [(f"{pre}mlp.{shared_name}.{k}", float(h * moe.shared_i), "shared") for k in proj]
+        ex = ("w1", "w3", "w2") if moe_block == "block_sparse_moe" else proj
+        return out + [
+            (f"{pre}{moe_block}.experts.0.{k}", float(moe.experts * h * moe.i_moe), "experts") for k in ex
+        ]
+
+    return layer_modules
 
 
 def context_limit(text: dict[str, Any]) -> int | None:
