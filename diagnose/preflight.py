@@ -107,124 +107,168 @@ def preflight(
     gpu_name: str | None = None,
     engine_version: str | None = None,
 ) -> dict[str, Any]:
-    engine, launch = parse_launch(cmd, profiles)
-    problems: list[dict[str, Any]] = []
-    notes: list[str] = []
-    tp = int(launch.get("tensor_parallel_size") or 1)
-    pp = int(launch.get("pipeline_parallel_size") or 1)
-    util_default = float(profiles.get(engine).defaults.get("gpu_memory_utilization") or 0.9)
-    util = float(launch.get("gpu_memory_utilization") or util_default)
+    """Whether this launch can work on these GPUs: each problem with the change that fixes it."""
+    c = _Preflight(cmd, profiles, gpus, total_gib, used_gib, gpu_name)
+    c.read_model(config_path)
+    c.read_version(engine_version)
+    c.check_parallel()
+    c.check_length()
+    if c.shape is not None and total_gib is not None and c.units.kv_budget == "layers":
+        c.check_layers()
+    elif c.shape is not None and total_gib is not None:
+        c.check_budget()
+    elif gpus is None:
+        c.notes.append("no GPU information: pass --gpus FILE (nvidia-smi output) or --gpus 2x80")
+    _check_port(c.launch, c.engine, profiles, c.problem)
+    return {
+        "ok": not c.problems,
+        "engine": c.engine,
+        "summary": " ".join(cmd)[:120],
+        "launch": c.launch,
+        "problems": c.problems,
+        "notes": c.notes,
+    }
 
-    def problem(param: str, text: str, to: Any, why: str, frm: Any = None) -> None:
+
+class _Preflight:
+    def __init__(
+        self,
+        cmd: list[str],
+        profiles: Profiles,
+        gpus: int | None,
+        total_gib: float | None,
+        used_gib: float,
+        gpu_name: str | None,
+    ):
+        self.engine, self.launch = parse_launch(cmd, profiles)
+        self.profiles, self.gpus, self.total_gib, self.used_gib, self.gpu_name = (
+            profiles,
+            gpus,
+            total_gib,
+            used_gib,
+            gpu_name,
+        )
+        self.problems: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.tp = int(self.launch.get("tensor_parallel_size") or 1)
+        self.pp = int(self.launch.get("pipeline_parallel_size") or 1)
+        util_default = float(profiles.get(self.engine).defaults.get("gpu_memory_utilization") or 0.9)
+        self.util = float(self.launch.get("gpu_memory_utilization") or util_default)
+        self.units = engine_units(self.engine, profiles)
+        self.shape: Any = None
+        self.version: str | None = None
+
+    def problem(self, param: str, text: str, to: Any, why: str, frm: Any = None) -> None:
         ch = None
         if to is not None:
-            fl = flag_for(profiles, engine, param)
-            ch = Change(
-                param=param,
-                flag=fl,
-                frm=None if frm is None else str(frm),
-                to=str(to),
-                why=why,
-                verify=VERIFY,
-            ).to_json()
-        problems.append({"param": param, "text": text, "change": ch})
+            fl = flag_for(self.profiles, self.engine, param)
+            frm_s = None if frm is None else str(frm)
+            ch = Change(param=param, flag=fl, frm=frm_s, to=str(to), why=why, verify=VERIFY).to_json()
+        self.problems.append({"param": param, "text": text, "change": ch})
 
-    shape = None
-    path = config_path or (
-        launch.get("model") if launch.get("model") and Path(str(launch["model"])).is_dir() else None
-    )
-    if path:
+    def read_model(self, config_path: str | None) -> None:
+        launch = self.launch
+        model = launch.get("model")
+        path = config_path or (model if model and Path(str(model)).is_dir() else None)
+        if not path:
+            self.notes.append(
+                "no config.json: pass --config (or a local model directory) for the memory checks"
+            )
+            return
         try:
             cfg = load_config(str(path))
-            shape = with_checkpoint(
+            self.shape = with_checkpoint(
                 shape_from_config(cfg, launch.get("quantization"), launch.get("dtype")),
                 str(Path(cfg["__path__"]).parent),
                 launch.get("quantization"),
                 checkpoint_quant(cfg),
             )
         except ConfigError as e:
-            notes.append(f"no model arithmetic: {e}")
-    else:
-        notes.append("no config.json: pass --config (or a local model directory) for the memory checks")
-    if shape is not None and shape.partial:
-        notes.extend(f"partial estimate: {p}" for p in shape.partial)
+            self.notes.append(f"no model arithmetic: {e}")
+        if self.shape is not None and self.shape.partial:
+            self.notes.extend(f"partial estimate: {p}" for p in self.shape.partial)
 
-    units = engine_units(engine, profiles)
-    version = engine_version or installed_version(profiles, engine)
-    if version and units.model == "vllm":
-        notes.append(
-            f"vLLM {version}"
-            + (" (given)" if engine_version else " (installed here)")
-            + ": its profiling batch, sampler and CUDA-graph accounting"
-        )
+    def read_version(self, engine_version: str | None) -> None:
+        version = engine_version or installed_version(self.profiles, self.engine)
+        if version and self.units.model == "vllm":
+            self.notes.append(
+                f"vLLM {version}"
+                + (" (given)" if engine_version else " (installed here)")
+                + ": its profiling batch, sampler and CUDA-graph accounting"
+            )
+        self.version = version if self.units.model == "vllm" else None
 
-    def plan_at(tp_size: int | None, gpu_count: int, model: Any = None) -> Any:
+    def plan_at(self, tp_size: int | None, gpu_count: int, model: Any = None) -> Any:
+        launch = self.launch
         return plan(
-            model or shape,
+            model or self.shape,
             gpu_count,
-            total_gib,
-            used_gib,
+            self.total_gib,
+            self.used_gib,
             tp_size,
-            pp,
-            util,
+            self.pp,
+            self.util,
             launch.get("max_model_len"),
             as_int(launch.get("max_num_seqs")),
             as_int(launch.get("max_num_batched_tokens")),
             str(launch.get("kv_cache_dtype") or "auto"),
-            engine,
-            gpu_name=gpu_name,
-            engine_version=version if units.model == "vllm" else None,
+            self.engine,
+            gpu_name=self.gpu_name,
+            engine_version=self.version,
             chunked_prefill=_bool_or_none(launch.get("enable_chunked_prefill")),
             eager=bool(_bool_or_none(launch.get("enforce_eager"))),
-            units=units,
+            units=self.units,
         )
 
-    def weights_fit(to: int) -> bool:
+    def _weights_fit(self, to: int) -> bool:
         """Whether the budget takes the weights at this parallel size (True when it cannot tell)."""
-        if shape is None or total_gib is None:
+        if self.shape is None or self.total_gib is None:
             return True
-        q = plan_at(to, max(gpus or to * pp, to * pp))
+        q = self.plan_at(to, max(self.gpus or to * self.pp, to * self.pp))
         return not any("weights need" in r for r in q.reasons)
 
-    if gpus is not None and tp * pp > gpus:
-        to = _valid_tp(shape.heads if shape else None, max(1, gpus // pp))
-        fits = weights_fit(to)
-        problem(
-            "tensor_parallel_size",
-            f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible"
-            + ("" if fits else f"; at {to} the weights do not fit either"),
-            to if fits else None,
-            f"{gpus} GPUs are visible" + (f" and {to} divides the {shape.heads} heads" if shape else ""),
-            tp,
-        )
-    if shape is not None and shape.heads % tp:
-        to = _valid_tp(shape.heads, min(tp, gpus or tp))
-        problem(
-            "tensor_parallel_size",
-            f"{shape.heads} attention heads are not divisible by {tp}",
-            to,
-            f"{to} divides the {shape.heads} heads",
-            tp,
-        )
-    if (
-        shape is not None
-        and shape.max_position
-        and launch.get("max_model_len")
-        and int(launch["max_model_len"]) > int(shape.max_position)
-    ):
-        problem(
-            "max_model_len",
-            f"max_model_len {launch['max_model_len']} is above max_position_embeddings {shape.max_position}",
-            shape.max_position,
-            "the model was trained for this length",
-            launch["max_model_len"],
-        )
-    if shape is not None and total_gib is not None and units.kv_budget == "layers":
-        p = plan_at(tp, max(gpus or 1, 1))
-        asked = as_int(launch.get("gpu_layers"))
+    def check_parallel(self) -> None:
+        tp, pp, gpus, shape = self.tp, self.pp, self.gpus, self.shape
+        if gpus is not None and tp * pp > gpus:
+            to = _valid_tp(shape.heads if shape else None, max(1, gpus // pp))
+            fits = self._weights_fit(to)
+            self.problem(
+                "tensor_parallel_size",
+                f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible"
+                + ("" if fits else f"; at {to} the weights do not fit either"),
+                to if fits else None,
+                f"{gpus} GPUs are visible" + (f" and {to} divides the {shape.heads} heads" if shape else ""),
+                tp,
+            )
+        if shape is not None and shape.heads % tp:
+            to = _valid_tp(shape.heads, min(tp, gpus or tp))
+            self.problem(
+                "tensor_parallel_size",
+                f"{shape.heads} attention heads are not divisible by {tp}",
+                to,
+                f"{to} divides the {shape.heads} heads",
+                tp,
+            )
+
+    def check_length(self) -> None:
+        shape, asked = self.shape, self.launch.get("max_model_len")
+        if shape is not None and shape.max_position and asked and int(asked) > int(shape.max_position):
+            self.problem(
+                "max_model_len",
+                f"max_model_len {asked} is above max_position_embeddings {shape.max_position}",
+                shape.max_position,
+                "the model was trained for this length",
+                asked,
+            )
+
+    def check_layers(self) -> None:
+        """Layer-offload engines: the GPU layers asked for against those that fit."""
+        shape = self.shape
+        p = self.plan_at(self.tp, max(self.gpus or 1, 1))
+        asked = as_int(self.launch.get("gpu_layers"))
         if asked is not None and 0 <= p.gpu_layers < min(asked, shape.layers + 1):
             shorter = next((w for w in p.what_would if w.startswith("a shorter context")), None)
-            problem(
+            self.problem(
                 "gpu_layers",
                 f"{asked} layers asked on the GPU, {p.gpu_layers} of {shape.layers + 1} fit beside "
                 f"{p.kv_tokens:,} tokens of context" + (f" ({shorter})" if shorter else ""),
@@ -232,82 +276,72 @@ def preflight(
                 f"{p.weights_gib_per_gpu:.1f} GiB of layers and {p.kv_gib_per_gpu:.1f} GiB of KV cache fit",
                 asked,
             )
-        notes.append(
+        self.notes.append(
             f"plan: {p.gpu_layers} of {shape.layers + 1} layers on the GPU at {p.kv_tokens:,} tokens"
         )
-    elif shape is not None and total_gib is not None:
-        p = plan_at(tp, max(gpus or tp * pp, tp * pp))
-        budget = p.weights_room_gib
+
+    def check_budget(self) -> None:
+        """The memory budget at the launch's parallel size: weights, activations, one request."""
+        tp, pp, gpus = self.tp, self.pp, self.gpus
+        p = self.plan_at(tp, max(gpus or tp * pp, tp * pp))
         if p.kv_gib_per_gpu < 0:
-            better = plan_at(None, gpus or tp * pp)
-            if better.fits and better.tp != tp:
-                problem(
-                    "tensor_parallel_size",
-                    f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, "
-                    f"{budget:.1f} GiB are available",
-                    better.tp,
-                    f"at {better.tp} GPUs the weights take {better.weights_gib_per_gpu:.1f} GiB each",
-                    tp,
-                )
-            else:
-                quant, why = _fitting_quantization(shape, plan_at, gpus or tp * pp, gpu_name)
-                problem(
-                    "quantization",
-                    f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB "
-                    "are available, and no parallel size on these GPUs fits"
-                    + (
-                        ""
-                        if quant
-                        else "; no quantisation these GPUs run makes them fit: more or larger GPUs"
-                    ),
-                    quant,
-                    why,
-                    launch.get("quantization"),
-                )
+            self._weights_do_not_fit(p)
         elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
             share = fitting_share(p)
-            problem(
+            self.problem(
                 "gpu_memory_utilization",
                 act,
                 f"{share:.2f}" if share else None,
                 "the largest share that still leaves the activations and CUDA graphs their room",
-                f"{util:.2f}",
+                f"{self.util:.2f}",
             )
         elif p.max_concurrency < 1:
-            to = len_down(p.kv_tokens) if p.kv_tokens >= 256 else None
-            problem(
+            self.problem(
                 "max_model_len",
                 f"the KV cache would hold {p.kv_tokens} tokens, less than one request of {p.max_model_len}",
-                to,
+                len_down(p.kv_tokens) if p.kv_tokens >= 256 else None,
                 f"the budget leaves {p.kv_gib_per_gpu:.1f} GiB per GPU for the KV cache",
                 p.max_model_len,
             )
-        if used_gib > 0 and units.kv_budget != "free_static":  # a share of free memory counts the others
-            free_frac = (total_gib - used_gib) / total_gib
-            if util > free_frac:
-                to = math.floor(free_frac / 0.05) * 0.05
-                problem(
-                    "gpu_memory_utilization",
-                    f"{used_gib:.1f} GiB are already in use: {util:.2f} of the GPU is not free",
-                    f"{to:.2f}" if to >= 0.3 else None,
-                    "what is free on the busiest GPU",
-                    f"{util:.2f}",
-                )
-        notes.append(
+        self._others_on_the_gpu()
+        self.notes.append(
             f"plan: {p.weights_gib_per_gpu:.1f} GiB weights and {p.kv_tokens:,} KV tokens per GPU at tp={tp}"
         )
-    elif gpus is None:
-        notes.append("no GPU information: pass --gpus FILE (nvidia-smi output) or --gpus 2x80")
-    _check_port(launch, engine, profiles, problem)
-    summary = " ".join(cmd)[:120]
-    return {
-        "ok": not problems,
-        "engine": engine,
-        "summary": summary,
-        "launch": launch,
-        "problems": problems,
-        "notes": notes,
-    }
+
+    def _weights_do_not_fit(self, p: Any) -> None:
+        tp, budget, n = self.tp, p.weights_room_gib, self.gpus or self.tp * self.pp
+        better = self.plan_at(None, n)
+        need = f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are available"
+        if better.fits and better.tp != tp:
+            why = f"at {better.tp} GPUs the weights take {better.weights_gib_per_gpu:.1f} GiB each"
+            self.problem("tensor_parallel_size", need, better.tp, why, tp)
+            return
+        quant, why = _fitting_quantization(self.shape, self.plan_at, n, self.gpu_name)
+        self.problem(
+            "quantization",
+            need
+            + ", and no parallel size on these GPUs fits"
+            + ("" if quant else "; no quantisation these GPUs run makes them fit: more or larger GPUs"),
+            quant,
+            why,
+            self.launch.get("quantization"),
+        )
+
+    def _others_on_the_gpu(self) -> None:
+        """Memory other processes hold: a share of the total cannot count it (a share of free memory does)."""
+        total, used = self.total_gib, self.used_gib
+        if not (used > 0 and total and self.units.kv_budget != "free_static"):
+            return
+        free_frac = (total - used) / total
+        if self.util > free_frac:
+            to = math.floor(free_frac / 0.05) * 0.05
+            self.problem(
+                "gpu_memory_utilization",
+                f"{used:.1f} GiB are already in use: {self.util:.2f} of the GPU is not free",
+                f"{to:.2f}" if to >= 0.3 else None,
+                "what is free on the busiest GPU",
+                f"{self.util:.2f}",
+            )
 
 
 def _bool_or_none(v: Any) -> bool | None:
