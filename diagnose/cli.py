@@ -897,68 +897,82 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
     )
 
 
+# plan's options, named once (the command itself reads as what it does)
+_PlanConfig = Annotated[str, typer.Option("--config", help="config.json (or the model directory).")]
+_PlanWeights = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        help="The checkpoint's directory: exact weight bytes from its index or safetensors headers "
+        "(default: beside config.json when there).",
+    ),
+]
+_GpusOpt = Annotated[str | None, typer.Option("--gpus", help="nvidia-smi output, or NxGIB such as 2x80.")]
+_DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="bf16 or fp16 (default: the config's).")]
+_QuantOpt = Annotated[
+    str | None, typer.Option("--quantization", help="fp8, int8, awq, gptq, int4 (default: the config's).")
+]
+_KvDtypeOpt = Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")]
+_TpOpt = Annotated[
+    int | None, typer.Option("--tp", help="Tensor-parallel size (default: the smallest that fits).")
+]
+_PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")]
+_LenOpt = Annotated[int | None, typer.Option("--max-model-len", help="Context length.")]
+_SeqsOpt = Annotated[
+    int | None,
+    typer.Option("--max-num-seqs", help="Concurrent sequences (default: the engine's for the GPU)."),
+]
+_BatchOpt = Annotated[
+    int | None,
+    typer.Option("--max-num-batched-tokens", help="Tokens per scheduler step (the profiled batch)."),
+]
+_VersionOpt = Annotated[
+    str | None,
+    typer.Option("--engine-version", help="v0, v1 or a vLLM version such as 0.6.6 (the profiled batch)."),
+]
+_ChunkedOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        help="V0: whether chunked prefill is on (default: on above 32K context).",
+        show_default=False,
+    ),
+]
+_EagerOpt = Annotated[
+    bool,
+    typer.Option("--enforce-eager", help="No CUDA graphs (vLLM 0.21+ subtracts their memory otherwise)."),
+]
+_UtilOpt = Annotated[
+    float | None, typer.Option("--gpu-memory-utilization", help="Share of each GPU (SGLang: mem fraction).")
+]
+_EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Any engine profile: vllm, sglang, lmdeploy, trtllm, tgi, ollama, llamacpp, generic "
+        "(each sizes its memory its own way; `rules show ENGINE` says how).",
+    ),
+]
+
+
 @app.command()
 def plan(
-    config: Annotated[str, typer.Option("--config", help="config.json (or the model directory).")],
-    weights: Annotated[
-        str | None,
-        typer.Option(
-            "--weights",
-            help="The checkpoint's directory: exact weight bytes from its index or safetensors headers "
-            "(default: beside config.json when there).",
-        ),
-    ] = None,
-    gpus: Annotated[
-        str | None, typer.Option("--gpus", help="nvidia-smi output, or NxGIB such as 2x80.")
-    ] = None,
-    dtype: Annotated[
-        str | None, typer.Option("--dtype", help="bf16 or fp16 (default: the config's).")
-    ] = None,
-    quantization: Annotated[
-        str | None, typer.Option("--quantization", help="fp8, int8, awq, gptq, int4 (default: the config's).")
-    ] = None,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
-    tp: Annotated[
-        int | None, typer.Option("--tp", help="Tensor-parallel size (default: the smallest that fits).")
-    ] = None,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
-    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Context length.")] = None,
-    max_num_seqs: Annotated[
-        int | None,
-        typer.Option("--max-num-seqs", help="Concurrent sequences (default: the engine's for the GPU)."),
-    ] = None,
-    max_num_batched_tokens: Annotated[
-        int | None,
-        typer.Option("--max-num-batched-tokens", help="Tokens per scheduler step (the profiled batch)."),
-    ] = None,
-    engine_version: Annotated[
-        str | None,
-        typer.Option("--engine-version", help="v0, v1 or a vLLM version such as 0.6.6 (the profiled batch)."),
-    ] = None,
-    chunked_prefill: Annotated[
-        bool | None,
-        typer.Option(
-            "--enable-chunked-prefill/--no-enable-chunked-prefill",
-            help="V0: whether chunked prefill is on (default: on above 32K context).",
-            show_default=False,
-        ),
-    ] = None,
-    eager: Annotated[
-        bool,
-        typer.Option("--enforce-eager", help="No CUDA graphs (vLLM 0.21+ subtracts their memory otherwise)."),
-    ] = False,
-    util: Annotated[
-        float | None,
-        typer.Option("--gpu-memory-utilization", help="Share of each GPU (SGLang: mem fraction)."),
-    ] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            "--engine",
-            help="Any engine profile: vllm, sglang, lmdeploy, trtllm, tgi, ollama, llamacpp, generic "
-            "(each sizes its memory its own way; `rules show ENGINE` says how).",
-        ),
-    ] = "vllm",
+    config: _PlanConfig,
+    weights: _PlanWeights = None,
+    gpus: _GpusOpt = None,
+    dtype: _DtypeOpt = None,
+    quantization: _QuantOpt = None,
+    kv_cache_dtype: _KvDtypeOpt = "auto",
+    tp: _TpOpt = None,
+    pp: _PpOpt = 1,
+    max_model_len: _LenOpt = None,
+    max_num_seqs: _SeqsOpt = None,
+    max_num_batched_tokens: _BatchOpt = None,
+    engine_version: _VersionOpt = None,
+    chunked_prefill: _ChunkedOpt = None,
+    eager: _EagerOpt = False,
+    util: _UtilOpt = None,
+    engine: _EngineOpt = "vllm",
     rules: RulesOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the plan JSON.")] = False,
 ) -> None:
@@ -970,11 +984,14 @@ def plan(
     from .budget import plan as make_plan
 
     units = engine_units(engine, load_knowledge(rules).profiles)
-    _at_least("--tp", tp, 1)
-    _at_least("--pp", pp, 1)
-    _at_least("--max-model-len", max_model_len, 1)
-    _at_least("--max-num-seqs", max_num_seqs, 1)
-    _at_least("--max-num-batched-tokens", max_num_batched_tokens, 1)
+    for name, value in (
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--max-model-len", max_model_len),
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+    ):
+        _at_least(name, value, 1)
     _fraction("--gpu-memory-utilization", util)
     cfg = load_config(config)
     shape = with_checkpoint(
@@ -987,27 +1004,18 @@ def plan(
         raise InputError(f"{weights}: no model.safetensors.index.json and no *.safetensors files there")
     count, total, used, summary, gpu_name = _gpus_from(gpus, tp)
     p = make_plan(
-        shape,
-        count,
-        total,
-        used,
-        tp,
-        pp,
-        util,
-        max_model_len,
-        max_num_seqs,
-        max_num_batched_tokens,
-        kv_cache_dtype,
-        engine,
-        gpu_name=gpu_name,
-        engine_version=engine_version,
-        chunked_prefill=chunked_prefill,
-        eager=eager,
-        units=units,
-    )
+        shape, count, total, used, tp, pp, util, max_model_len, max_num_seqs, max_num_batched_tokens,
+        kv_cache_dtype, engine, gpu_name=gpu_name, engine_version=engine_version,
+        chunked_prefill=chunked_prefill, eager=eager, units=units,
+    )  # fmt: skip
     if json_out:
         print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
-        raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
+    else:
+        _print_plan(p, shape, summary, units)
+    raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
+
+
+def _print_plan(p: Any, shape: Any, summary: str, units: Any) -> None:
     c = _console()
     c.print(
         Text(
@@ -1018,31 +1026,7 @@ def plan(
     t = Table(box=None, show_edge=False)
     t.add_column("per GPU")
     t.add_column("", justify="right")
-    rows = [
-        ("parameters (whole model)", f"{shape.params_total / 1e9:.2f} B"),
-        ("weights", f"{p.weights_gib_per_gpu:.2f} GiB"),
-        ("activation peak (estimate)", f"{p.activation_gib:.2f} GiB"),
-        ("non-torch overhead", f"{p.overhead_gib:.2f} GiB"),
-        ("KV-cache budget", f"{p.kv_gib_per_gpu:.2f} GiB"),
-        ("KV per token", f"{p.to_json()['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB"),
-        ("KV tokens (per replica)", f"{p.kv_tokens:,}"),
-    ]
-    if units.kv_budget == "layers":
-        rows = [
-            *rows[:2],
-            ("compute graph (estimate)", f"{p.activation_gib:.2f} GiB"),
-            ("kept free", f"{p.overhead_gib:.2f} GiB"),
-            ("KV cache on the GPU", f"{p.kv_gib_per_gpu:.2f} GiB"),
-            ("context (tokens)", f"{p.kv_tokens:,}"),
-            ("layers on the GPU", f"{p.gpu_layers} of {shape.layers + 1}"),
-        ]
-    else:
-        rows += [
-            (f"concurrency at {p.max_model_len:,} tokens", f"{p.max_concurrency:.2f}×"),
-            (f"longest context for {p.max_num_seqs} sequences", f"{p.longest_context_for_seqs:,}"),
-            ("tensor × pipeline parallel", f"{p.tp} × {p.pp}"),
-        ]
-    for k, v in rows:
+    for k, v in _plan_rows(p, shape, units):
         t.add_row(k, v)
     c.print(t)
     for r in p.reasons:
@@ -1062,7 +1046,33 @@ def plan(
                 style="bold",
             )
         )
-    raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
+
+
+def _plan_rows(p: Any, shape: Any, units: Any) -> list[tuple[str, str]]:
+    rows = [
+        ("parameters (whole model)", f"{shape.params_total / 1e9:.2f} B"),
+        ("weights", f"{p.weights_gib_per_gpu:.2f} GiB"),
+        ("activation peak (estimate)", f"{p.activation_gib:.2f} GiB"),
+        ("non-torch overhead", f"{p.overhead_gib:.2f} GiB"),
+        ("KV-cache budget", f"{p.kv_gib_per_gpu:.2f} GiB"),
+        ("KV per token", f"{p.to_json()['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB"),
+        ("KV tokens (per replica)", f"{p.kv_tokens:,}"),
+    ]
+    if units.kv_budget == "layers":
+        return [
+            *rows[:2],
+            ("compute graph (estimate)", f"{p.activation_gib:.2f} GiB"),
+            ("kept free", f"{p.overhead_gib:.2f} GiB"),
+            ("KV cache on the GPU", f"{p.kv_gib_per_gpu:.2f} GiB"),
+            ("context (tokens)", f"{p.kv_tokens:,}"),
+            ("layers on the GPU", f"{p.gpu_layers} of {shape.layers + 1}"),
+        ]
+    return [
+        *rows,
+        (f"concurrency at {p.max_model_len:,} tokens", f"{p.max_concurrency:.2f}×"),
+        (f"longest context for {p.max_num_seqs} sequences", f"{p.longest_context_for_seqs:,}"),
+        ("tensor × pipeline parallel", f"{p.tp} × {p.pp}"),
+    ]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
