@@ -359,67 +359,81 @@ def run(
     raise typer.Exit(rc)
 
 
+# probe's options, named once
+_UrlArg = Annotated[str, typer.Argument(help="The server's base URL.")]
+_ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Model name (default: the first of /v1/models).")
+]
+_ChatOpt = Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")]
+_PromptOpt = Annotated[str, typer.Option("--prompt", help="The prompt to send.")]
+_MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Tokens to generate.")]
+_ConnectOpt = Annotated[float, typer.Option("--connect-timeout", help="Seconds to connect.")]
+_FirstByteOpt = Annotated[
+    float, typer.Option("--first-byte-timeout", help="Seconds to wait for the first byte.")
+]
+_IdleOpt = Annotated[float, typer.Option("--idle-timeout", help="Longest tolerated gap in a stream.")]
+_SaveOpt = Annotated[str | None, typer.Option("--save-baseline", help="Store the figures here.")]
+_BaselineOpt = Annotated[str | None, typer.Option("--baseline", help="Compare with a stored baseline.")]
+_ToleranceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--tolerance", help="Allowed regression (default 0.25; 0.15 for a sweep).", show_default=False
+    ),
+]
+_SweepOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sweep", help="Concurrency levels, e.g. 1,2,4,8,16,32: find the knee.", show_default=False
+    ),
+]
+_PerLevelOpt = Annotated[
+    int | None, typer.Option("--per-level", help="Requests at each level (default max(8, 2×level)).")
+]
+_MaxRequestsOpt = Annotated[
+    int, typer.Option("--max-requests", help="At most this many requests in a sweep.")
+]
+_SweepTimeOpt = Annotated[float, typer.Option("--sweep-time", help="Seconds a sweep may take.")]
+_CompareOpt = Annotated[
+    str | None, typer.Option("--compare", help="A saved sweep: report regressions against it.")
+]
+_LongOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--long",
+        help="Also send one prompt of about N tokens (0: close to the server's max_model_len).",
+        show_default=False,
+    ),
+]
+_ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="The server's API key (default: $OPENAI_API_KEY).", show_default=False),
+]
+_HeaderOpt = Annotated[
+    list[str] | None, typer.Option("--header", help="An extra header, 'Name: value' (repeatable).")
+]
+
+
 @app.command()
 def probe(
-    url: Annotated[str, typer.Argument(help="The server's base URL.")] = "http://127.0.0.1:8000",
-    model: Annotated[
-        str | None, typer.Option("--model", help="Model name (default: the first of /v1/models).")
-    ] = None,
-    chat: Annotated[bool, typer.Option("--chat", help="Use /v1/chat/completions.")] = False,
-    prompt: Annotated[str, typer.Option("--prompt", help="The prompt to send.")] = "你好",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens to generate.")] = 16,
-    connect_timeout: Annotated[float, typer.Option("--connect-timeout", help="Seconds to connect.")] = 5.0,
-    first_byte_timeout: Annotated[
-        float, typer.Option("--first-byte-timeout", help="Seconds to wait for the first byte.")
-    ] = 120.0,
-    idle_timeout: Annotated[
-        float, typer.Option("--idle-timeout", help="Longest tolerated gap in a stream.")
-    ] = 30.0,
-    save_baseline: Annotated[
-        str | None, typer.Option("--save-baseline", help="Store the figures here.")
-    ] = None,
-    baseline: Annotated[
-        str | None, typer.Option("--baseline", help="Compare with a stored baseline.")
-    ] = None,
-    tolerance: Annotated[
-        float | None,
-        typer.Option(
-            "--tolerance", help="Allowed regression (default 0.25; 0.15 for a sweep).", show_default=False
-        ),
-    ] = None,
-    sweep: Annotated[
-        str | None,
-        typer.Option(
-            "--sweep", help="Concurrency levels, e.g. 1,2,4,8,16,32: find the knee.", show_default=False
-        ),
-    ] = None,
-    per_level: Annotated[
-        int | None, typer.Option("--per-level", help="Requests at each level (default max(8, 2×level)).")
-    ] = None,
-    max_requests: Annotated[
-        int, typer.Option("--max-requests", help="At most this many requests in a sweep.")
-    ] = 2000,
-    sweep_time: Annotated[float, typer.Option("--sweep-time", help="Seconds a sweep may take.")] = 600.0,
-    compare: Annotated[
-        str | None, typer.Option("--compare", help="A saved sweep: report regressions against it.")
-    ] = None,
-    long: Annotated[
-        int | None,
-        typer.Option(
-            "--long",
-            help="Also send one prompt of about N tokens (0: close to the server's max_model_len).",
-            show_default=False,
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key", help="The server's API key (default: $OPENAI_API_KEY).", show_default=False
-        ),
-    ] = None,
-    header: Annotated[
-        list[str] | None, typer.Option("--header", help="An extra header, 'Name: value' (repeatable).")
-    ] = None,
+    url: _UrlArg = "http://127.0.0.1:8000",
+    model: _ModelOpt = None,
+    chat: _ChatOpt = False,
+    prompt: _PromptOpt = "你好",
+    max_tokens: _MaxTokensOpt = 16,
+    connect_timeout: _ConnectOpt = 5.0,
+    first_byte_timeout: _FirstByteOpt = 120.0,
+    idle_timeout: _IdleOpt = 30.0,
+    save_baseline: _SaveOpt = None,
+    baseline: _BaselineOpt = None,
+    tolerance: _ToleranceOpt = None,
+    sweep: _SweepOpt = None,
+    per_level: _PerLevelOpt = None,
+    max_requests: _MaxRequestsOpt = 2000,
+    sweep_time: _SweepTimeOpt = 600.0,
+    compare: _CompareOpt = None,
+    long: _LongOpt = None,
+    api_key: _ApiKeyOpt = None,
+    header: _HeaderOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the probe JSON.")] = False,
 ) -> None:
     """Send the minimal completion and check that the server really serves: shape, text, timing."""
@@ -431,106 +445,84 @@ def probe(
 
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter("the URL must start with http:// or https://", param_hint="URL")
-    _at_least("--max-tokens", max_tokens, 1)
-    for hint, v in (
-        ("--connect-timeout", connect_timeout),
-        ("--first-byte-timeout", first_byte_timeout),
-        ("--idle-timeout", idle_timeout),
+    for hint, v, low in (
+        ("--max-tokens", max_tokens, 1),
+        ("--connect-timeout", connect_timeout, 0.001),
+        ("--first-byte-timeout", first_byte_timeout, 0.001),
+        ("--idle-timeout", idle_timeout, 0.001),
+        ("--tolerance", tolerance, 0),
+        ("--per-level", per_level, 1),
+        ("--long", long, 0),
+        ("--max-requests", max_requests, 1),
+        ("--sweep-time", sweep_time, 1),
     ):
-        _at_least(hint, v, 0.001)
-    _at_least("--tolerance", tolerance, 0)
+        _at_least(hint, v, low)
     levels = _levels(sweep) if sweep is not None else None
-    _at_least("--per-level", per_level, 1)
-    _at_least("--long", long, 0)
-    _at_least("--max-requests", max_requests, 1)
-    _at_least("--sweep-time", sweep_time, 1)
     if compare and not levels:
         raise typer.BadParameter("--compare reads a saved sweep: give --sweep too", param_hint="--compare")
-    headers: dict[str, str] = {}
-    for h in header or []:
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip():
-            raise typer.BadParameter(f"{h!r}: give 'Name: value'", param_hint="--header")
-        headers[name.strip()] = value.strip()
-    sent = _auth_headers(headers, api_key)  # one set of headers for every request the probe sends
-    res = run_probe(
-        url,
-        model,
-        prompt,
-        max_tokens,
-        chat,
-        Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-        headers=sent,
-    )
+    sent = _auth_headers(_parsed_headers(header), api_key)  # one set of headers for every request sent
+    timeouts = Timeouts(connect_timeout, first_byte_timeout, idle_timeout)
+    res = run_probe(url, model, prompt, max_tokens, chat, timeouts, headers=sent)
     if long is not None and res.ok:
         from .probe import long_request
 
-        long_request(
-            res.url,
-            res,
-            long or None,
-            chat,
-            Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-            sent,
-        )
+        long_request(res.url, res, long or None, chat, timeouts, sent)
     if levels:
-        raise typer.Exit(
-            _run_sweep(
-                res,
-                levels,
-                prompt,
-                max_tokens,
-                chat,
-                per_level,
-                max_requests,
-                sweep_time,
-                Timeouts(connect_timeout, first_byte_timeout, idle_timeout),
-                sent,
-                save_baseline,
-                compare,
-                0.15 if tolerance is None else tolerance,
-                json_out,
-            )
-        )
-    tolerance = 0.25 if tolerance is None else tolerance
+        tol = 0.15 if tolerance is None else tolerance
+        sweep_args = (levels, prompt, max_tokens, chat, per_level, max_requests, sweep_time, timeouts, sent)
+        raise typer.Exit(_run_sweep(res, *sweep_args, save_baseline, compare, tol, json_out))
     if baseline and res.ok:
-        compare_baseline(res, baseline, tolerance)
+        compare_baseline(res, baseline, 0.25 if tolerance is None else tolerance)
     if save_baseline and res.ok:
         store(res, save_baseline)
     if json_out:
         print(json.dumps(res.to_json(), indent=2, ensure_ascii=False))
     else:
-        c = _console()
-        head = "✓ serves" if res.ok else "✗ does not serve"
-        c.print(
-            Text(
-                f"{head}: {res.url}" + (f"  model {res.model}" if res.model else ""),
-                style="bold green" if res.ok else "bold red",
-            )
-        )
-        for ch in res.checks:
-            mark, style = ("✓", "green") if ch.ok else ("✗", "red")
-            value = "" if ch.value is None else f"  {ch.value}"
-            c.print(Text.assemble((f"  {mark} {ch.name:<16}", style), value, (f"  {ch.detail}", "dim")))
-        timing = [
-            f"{label} {v:.0f} ms" if unit == "ms" else f"{label} {v:.1f} tokens/s"
-            for label, v, unit in (
-                ("TTFT", res.ttft_ms, "ms"),
-                ("total", res.total_ms, "ms"),
-                ("decode", res.tokens_per_s, "tok"),
-            )
-            if v is not None
-        ]
-        if timing:
-            c.print(Text("  " + " · ".join(timing)))
-        for n in res.notes:
-            c.print(Text(f"  note: {n}", style="dim"))
-        if res.cause:
-            c.print()
-            c.print(Text(f"  cause  {res.cause.title}", style="bold"))
-            for a in res.cause.advice:
-                c.print(Text(f"  next   {a}"))
+        _print_probe(res)
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FOUND)
+
+
+def _parsed_headers(given: list[str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for h in given or []:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"{h!r}: give 'Name: value'", param_hint="--header")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _print_probe(res: Any) -> None:
+    c = _console()
+    head = "✓ serves" if res.ok else "✗ does not serve"
+    c.print(
+        Text(
+            f"{head}: {res.url}" + (f"  model {res.model}" if res.model else ""),
+            style="bold green" if res.ok else "bold red",
+        )
+    )
+    for ch in res.checks:
+        mark, style = ("✓", "green") if ch.ok else ("✗", "red")
+        value = "" if ch.value is None else f"  {ch.value}"
+        c.print(Text.assemble((f"  {mark} {ch.name:<16}", style), value, (f"  {ch.detail}", "dim")))
+    timing = [
+        f"{label} {v:.0f} ms" if unit == "ms" else f"{label} {v:.1f} tokens/s"
+        for label, v, unit in (
+            ("TTFT", res.ttft_ms, "ms"),
+            ("total", res.total_ms, "ms"),
+            ("decode", res.tokens_per_s, "tok"),
+        )
+        if v is not None
+    ]
+    if timing:
+        c.print(Text("  " + " · ".join(timing)))
+    for n in res.notes:
+        c.print(Text(f"  note: {n}", style="dim"))
+    if res.cause:
+        c.print()
+        c.print(Text(f"  cause  {res.cause.title}", style="bold"))
+        for a in res.cause.advice:
+            c.print(Text(f"  next   {a}"))
 
 
 def _auth_headers(headers: dict[str, str], api_key: str | None) -> dict[str, str]:
@@ -1003,9 +995,9 @@ def plan(
     if weights and shape.exact_bytes is None:
         raise InputError(f"{weights}: no model.safetensors.index.json and no *.safetensors files there")
     count, total, used, summary, gpu_name = _gpus_from(gpus, tp)
+    sizes = (max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, engine)
     p = make_plan(
-        shape, count, total, used, tp, pp, util, max_model_len, max_num_seqs, max_num_batched_tokens,
-        kv_cache_dtype, engine, gpu_name=gpu_name, engine_version=engine_version,
+        shape, count, total, used, tp, pp, util, *sizes, gpu_name=gpu_name, engine_version=engine_version,
         chunked_prefill=chunked_prefill, eager=eager, units=units,
     )  # fmt: skip
     if json_out:
