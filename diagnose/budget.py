@@ -112,7 +112,7 @@ def engine_units(engine: str, profiles: Any = None) -> EngineUnits:
         kv_budget=m.get("kv_budget", "total"),
         launch=m.get("launch"),
         flags=dict(prof.flags),
-        defaults=dict(prof.defaults),
+        defaults={**profiles.get("generic").defaults, **prof.defaults},  # the generic profile's fill in
         context=m.get("context", "per_sequence"),
         reserve_gib=float(m.get("reserve_gib", 0.5)),
         model=m.get("model"),
@@ -1004,7 +1004,10 @@ def plan(
 ) -> Plan:
     units = units or engine_units(engine)
     engine = units.engine
-    util = util if util is not None else float(units.defaults.get("gpu_memory_utilization") or 0.9)
+    if util is None:
+        if units.defaults.get("gpu_memory_utilization") is None:
+            raise InputError(f"{engine}: no gpu_memory_utilization default in its profile or the generic one")
+        util = float(units.defaults["gpu_memory_utilization"])
     s, gguf_note = _as_gguf(s) if units.kv_budget == "layers" else (s, None)
     length, seqs = _length_and_seqs(
         s, units, max_model_len, max_num_seqs, engine_version, gpu_total_gib, gpu_name

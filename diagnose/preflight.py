@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .advice.core import as_int, len_down
+from .advice.core import len_down
 from .budget import (
     ConfigError,
     checkpoint_quant,
@@ -22,7 +22,9 @@ from .budget import (
 )
 from .engines import Profiles, flag_for
 from .errors import InputError
+from .facts import as_int
 from .model import Change
+from .settings import default_of
 
 VERIFY = "run `diagnose check` again, then start it under `diagnose watch`"
 
@@ -152,8 +154,8 @@ class _Preflight:
         self.notes: list[str] = []
         self.tp = int(self.launch.get("tensor_parallel_size") or 1)
         self.pp = int(self.launch.get("pipeline_parallel_size") or 1)
-        util_default = float(profiles.get(self.engine).defaults.get("gpu_memory_utilization") or 0.9)
-        self.util = float(self.launch.get("gpu_memory_utilization") or util_default)
+        said = self.launch.get("gpu_memory_utilization")
+        self.util = float(said or default_of("gpu_memory_utilization", profiles, self.engine))
         self.units = engine_units(self.engine, profiles)
         self.shape: Any = None
         self.version: str | None = None

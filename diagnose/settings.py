@@ -26,3 +26,11 @@ def value_in_force(
     if param in prof.defaults:
         return prof.defaults[param]
     return profiles.get("generic").defaults.get(param)
+
+
+def default_of(param: str, profiles: Profiles, engine: str) -> Any:
+    """The engine's default for a setting, else the generic profile's (None when neither says)."""
+    prof = profiles.get(engine)
+    if param in prof.defaults:
+        return prof.defaults[param]
+    return profiles.get("generic").defaults.get(param)

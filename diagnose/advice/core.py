@@ -17,7 +17,7 @@ from ..engines import Profiles, flag_for
 from ..facts import as_float, as_int
 from ..model import Change, Finding
 from ..params import fill_template
-from ..settings import value_in_force
+from ..settings import default_of, value_in_force
 from ..taxonomy import TAXONOMY
 
 TYPE_CHECKING = False
@@ -205,7 +205,10 @@ class Advisor:
 
     def util_now(self) -> float:
         """The memory share in force (the engine's default when the log does not say it)."""
-        return as_float(self.ctx.current("gpu_memory_utilization")) or 0.9
+        said = as_float(self.ctx.current("gpu_memory_utilization"))
+        return (
+            said if said else float(default_of("gpu_memory_utilization", self.ctx.profiles, self.ctx.engine))
+        )
 
     def util_lower(self, why_extra: str = "") -> None:
         f = self.finding
