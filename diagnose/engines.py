@@ -106,6 +106,8 @@ class Marker:
 
 @dataclass(slots=True)
 class Profile:
+    """One engine's profile (rules/engines/<engine>.yaml)."""
+
     engine: str
     title: str
     path: str
@@ -433,6 +435,8 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
 
 @dataclass(slots=True)
 class Profiles:
+    """Every engine's profile, and their line layouts together."""
+
     by_engine: dict[str, Profile]
     problems: list[str]
     layout: Layout  # every engine's line layouts (sorted by engine), for the scans to copy

@@ -21,6 +21,8 @@ LAST_HITS_KEPT = 32
 
 @dataclass(slots=True)
 class RecordedHit:
+    """A rule's hit with where the scan stood: run, phase, traceback, words near it."""
+
     hit: Hit
     rule: Rule | None  # None for a synthetic unknown-error hit
     run: int

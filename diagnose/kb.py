@@ -75,6 +75,8 @@ def template(line: str) -> str:
 
 @dataclass(slots=True)
 class Incident:
+    """One past incident of a store."""
+
     data: dict[str, Any]
     path: str
     starter: bool = False
@@ -192,6 +194,8 @@ def store_dirs(explicit: list[str] | None = None) -> list[str]:
 
 @dataclass(slots=True)
 class KnowledgeBase:
+    """The incidents of every store, and how a diagnosis matches them."""
+
     incidents: list[Incident] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 

@@ -30,6 +30,8 @@ CUT_MARKER = b" [diagnose: the middle of a line over 1 MiB was not read] "
 
 @dataclass(slots=True)
 class Source:
+    """A log to read: its path (or - for stdin) and the name it is reported under."""
+
     name: str  # what the report calls it: the path, or "-" for stdin
     path: str | None  # None for stdin
 

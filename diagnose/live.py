@@ -52,6 +52,8 @@ def parse_budgets(items: list[str] | None) -> dict[str, float]:
 
 @dataclass
 class Verdict:
+    """What a live session concluded, and the diagnosis it stands on."""
+
     kind: str  # fatal / ready / hang / timeout / stopped (at --timeout, after ready) / ended
     diagnosis: Diagnosis
 

@@ -43,6 +43,8 @@ RULE_EVIDENCE_WEIGHT = 3
 
 @dataclass(slots=True)
 class ScanResult:
+    """What one scan saw, for the stages of a diagnosis."""
+
     hits: list[RecordedHit]
     hit_counts: dict[str, int]
     timeline: list[PhaseMark]

@@ -61,6 +61,8 @@ class Line:
 
 @dataclass(slots=True)
 class PhaseMark:
+    """A startup phase reached: where and when."""
+
     phase: str
     line: int
     time: str | None
@@ -110,6 +112,8 @@ class VocabHit:
 
 @dataclass(slots=True)
 class Finding:
+    """One event the log shows: its class, severity, evidence and facts."""
+
     rule: str
     cls: str
     severity: str
@@ -194,6 +198,8 @@ class Change:
 
 @dataclass(slots=True)
 class EngineInfo:
+    """The engine the log is from, and why that one."""
+
     name: str = "unknown"
     version: str | None = None
     variant: str | None = None
@@ -221,6 +227,8 @@ class EngineInfo:
 
 @dataclass(slots=True)
 class Diagnosis:
+    """The answer for one log: the JSON contract's record."""
+
     source: str
     engine: EngineInfo
     status: str  # failed / degraded / ready / incomplete

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Output:
+    """One output a command may print."""
+
     name: str
     module: str  # diagnose.<module>.render(d, show_all, chart)
     between: str  # between the diagnoses of several logs

@@ -6,7 +6,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from . import schemas
 from .datacache import data_cache
 from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
@@ -48,6 +47,8 @@ _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 @dataclass(slots=True)
 class Rule:
+    """One rule of a rules file."""
+
     id: str
     engines: list[str]
     cls: str | None
@@ -101,6 +102,8 @@ _SCHEMA: dict[str, Any] = {}
 
 
 def _rule_schema() -> dict[str, Any]:
+    from . import schemas  # only a file that changed is validated
+
     if not _SCHEMA:
         _SCHEMA.update(schemas.rule_schema(LAYERS))
     return _SCHEMA
@@ -140,7 +143,9 @@ def parse_rule(
         return _rule_from(raw, path, raw.get("class"), None, shipped)
     rid = raw.get("id") if isinstance(raw, dict) else None
     label = rid if isinstance(rid, str) else f"#{index + 1}"
-    schemas.check(raw, _rule_schema(), path, label)  # the shape: keys, types, the closed choices
+    from .schemas import check
+
+    check(raw, _rule_schema(), path, label)  # the shape: keys, types, the closed choices
     check_engines(raw["engines"], path, label, known_engines)
     compiled = compile_checked(raw["pattern"], path, label, trusted, shipped)
     groups = set(compiled.groupindex) if compiled is not None else _pattern_groups(raw["pattern"])
@@ -207,6 +212,8 @@ def check_examples(rule: Rule, layout: Layout) -> tuple[str, str] | None:
 
 @dataclass(slots=True)
 class RuleSet:
+    """Every usable rule, and the problems of those that were not."""
+
     rules: list[Rule]
     problems: list[str]  # one line per broken rule or file that was skipped
 

@@ -124,6 +124,8 @@ class SeriesSampler:
 
 @dataclass(slots=True)
 class Point:
+    """One stats line read as numbers."""
+
     source: str
     line: int
     time: str | None
@@ -134,6 +136,8 @@ class Point:
 
 @dataclass(slots=True)
 class Serving:
+    """The verdict on the serving phase, with the points it stands on."""
+
     verdict: str
     why: str
     points: list[Point]

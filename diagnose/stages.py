@@ -52,6 +52,8 @@ class Evidence:
 
 @dataclass(slots=True)
 class Found:
+    """Every finding of the log and beside it, unordered."""
+
     evidence: Evidence
     engine: EngineInfo
     findings: list[Finding]
@@ -61,6 +63,8 @@ class Found:
 
 @dataclass(slots=True)
 class Triaged:
+    """The findings in triage order, the primary one and the status."""
+
     found: Found
     findings: list[Finding]  # in triage order
     primary: Finding | None  # the verdict: the first finding that is not only information
@@ -70,6 +74,8 @@ class Triaged:
 
 @dataclass(slots=True)
 class Advised:
+    """The triaged findings and the changes to make."""
+
     triaged: Triaged
     advice: list[Any]  # model.Change, the first one to make first
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Taxonomy:
+    """rules/taxonomy/taxonomy.yaml, checked."""
+
     layers: list[str]
     class_layer: dict[str, str]  # in triage order
     verify: dict[str, str]

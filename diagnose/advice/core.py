@@ -40,6 +40,8 @@ class HostPorts:
 
 @dataclass(slots=True)
 class Context:
+    """What advice knows of one finding: the engine, its launch, what it reported, the host."""
+
     finding: Finding
     engine: str
     launch: dict[str, Any]

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True, frozen=True)
 class AdviceData:
+    """rules/advice/advice.yaml, checked."""
+
     steps: dict[str, list[dict[str, Any]]]  # situation -> ordered {param, note?, above?}
     constants: dict[str, dict[str, Any]]  # param -> {to, why, from?}
 
