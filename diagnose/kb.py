@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .atomic import atomic_write
 from .datacache import DataCache, data_cache
 from .errors import InputError
-from .model import CLASSES, Diagnosis
+from .model import Diagnosis
 from .redact import redact_tree  # one list for every output and the store
 from .shipped import builtin_rules_dir, yaml_files
 
@@ -28,10 +28,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Any
 
-ID_RE = re.compile(r"^KB-\d{4,}$")
 MATCH_THRESHOLD = 0.5
 STARTER_DISCOUNT = 0.9  # your own incidents rank above the starter set
-REQUIRED = ("id", "title", "date", "symptom", "root_cause")
 KNOWN_KEYS = {
     "id",
     "title",
@@ -114,26 +112,17 @@ class Incident:
         return "; ".join(p for p in parts if p)
 
 
+_SCHEMA: dict[str, Any] = {}
+
+
 def validate(data: Any, path: str) -> dict[str, Any]:
-    """One-line errors naming the file and the field."""
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: an incident must be a YAML mapping")
-    for k in REQUIRED:
-        if k not in data or data[k] in (None, ""):
-            raise InputError(f"{path}: field '{k}': missing")
-    for k in data:
-        if k not in KNOWN_KEYS:
-            raise InputError(f"{path}: field '{k}': unknown (allowed: {', '.join(sorted(KNOWN_KEYS))})")
-    if not ID_RE.match(str(data["id"])):
-        raise InputError(f"{path}: field 'id': {data['id']!r} is not like KB-0001")
-    if not isinstance(data["symptom"], dict):
-        raise InputError(f"{path}: field 'symptom': must be a mapping (classes, rules, evidence)")
-    classes = data["symptom"].get("classes") or []
-    if not isinstance(classes, list) or any(c not in CLASSES for c in classes):
-        raise InputError(f"{path}: field 'symptom.classes': each must be one of {', '.join(sorted(CLASSES))}")
-    for k in ("path", "fix", "tags"):
-        if k in data and not isinstance(data[k], list):
-            raise InputError(f"{path}: field '{k}': must be a list")
+    """The incident's shape by its JSON Schema (schemas.py), then its date: one-line errors
+    naming the file and the field."""
+    from .schemas import check, incident_schema
+
+    if not _SCHEMA:
+        _SCHEMA.update(incident_schema(KNOWN_KEYS))
+    check(data, _SCHEMA, path, None)
     try:
         import datetime as dt  # validation runs only for files the cache does not hold
 

@@ -80,6 +80,43 @@ def rule_schema(layers: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+def incident_schema(known_keys: set[str]) -> dict[str, Any]:
+    """One incident of a store (rules/kb/*.yaml, ~/.local/share/diagnose/kb)."""
+    text = {"type": "string", "minLength": 1, "x-problem": "missing"}
+    listed = {"type": "array", "x-problem": "must be a list"}
+    classes = sorted(CLASSES)
+    return {
+        "type": "object",
+        "x-problem": "an incident must be a YAML mapping",
+        "required": ["id", "title", "date", "symptom", "root_cause"],
+        "additionalProperties": False,
+        "properties": {
+            **{k: {} for k in sorted(known_keys)},
+            "id": {"type": "string", "pattern": r"^KB-\d{4,}$", "x-problem": "{value} is not like KB-0001"},
+            "title": text,
+            "date": {"not": {"enum": [None, ""]}, "x-problem": "missing"},  # a YAML date or a string
+            "root_cause": text,
+            "symptom": {
+                "type": "object",
+                "x-problem": "must be a mapping (classes, rules, evidence)",
+                "properties": {
+                    "classes": {
+                        "type": ["array", "null"],
+                        "items": {
+                            "enum": classes,
+                            "x-problem": "{value} is not one of " + ", ".join(classes),
+                        },
+                        "x-problem": "must be a list of classes",
+                    }
+                },
+            },
+            "path": listed,
+            "fix": listed,
+            "tags": listed,
+        },
+    }
+
+
 _VALIDATORS: dict[int, Any] = {}
 
 
