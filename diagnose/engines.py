@@ -52,7 +52,6 @@ KV_BUDGETS = {
     "free_after_weights": "a share of what is free after the weights (and buffers) is the KV cache (LMDeploy, TensorRT-LLM)",
     "layers": "layers offloaded to the GPU and the context's KV cache beside them (Ollama, llama.cpp)",
 }
-MEMORY_KEYS = {"kv_budget", "package", "launch", "context", "reserve_gib", "model", "profile", "activations"}
 # the closed choices of a profile's memory section (budget.EngineUnits says what each means)
 MEMORY_CHOICES = {
     "context": ("per_sequence", "shared"),
@@ -168,6 +167,21 @@ def _needles_of(raw: Any, path: str, label: str, allowed: set[str]) -> list[str]
     return needles
 
 
+_SCHEMAS: dict[str, Any] = {}
+
+
+def _schema(name: str) -> dict[str, Any]:
+    """A profile part's JSON Schema (schemas.py), built once."""
+    if name not in _SCHEMAS:
+        from . import schemas
+
+        if name == "memory":
+            _SCHEMAS[name] = schemas.memory_schema(list(KV_BUDGETS), MEMORY_CHOICES)
+        else:
+            _SCHEMAS[name] = schemas.marker_schema(name.split(".")[1], PHASES, sorted(LAUNCH_KINDS))
+    return _SCHEMAS[name]
+
+
 def _marker(
     raw: Any,
     path: str,
@@ -179,20 +193,13 @@ def _marker(
     shipped: bool = False,
 ) -> Marker:
     label = f"{engine}.{what}[{i}]"
-    needles = _needles_of(raw, path, label, MARKER_KEYS)
-    pattern = raw.get("pattern")
-    if not isinstance(pattern, str) or not pattern:
-        raise RuleError(path, label, "pattern", "missing")
+    if not trusted:  # the shape: keys, types, the closed choices (a cached file passed it before)
+        from .schemas import check
+
+        check(raw, _schema(f"marker.{what}"), path, label)
+    needles, pattern, examples = raw["needles"], raw["pattern"], raw["examples"]
+    phase, kind = raw.get("phase"), raw.get("kind")
     compiled = compile_checked(pattern, path, label, trusted, shipped)
-    examples = raw.get("examples")
-    if not (isinstance(examples, list) and examples and all(isinstance(e, str) for e in examples)):
-        raise RuleError(path, label, "examples", "must be a non-empty list of log lines")
-    phase = raw.get("phase")
-    if what == "phases" and phase not in PHASES:
-        raise RuleError(path, label, "phase", f"{phase!r} is not one of {', '.join(PHASES)}")
-    kind = raw.get("kind")
-    if what == "launch" and kind not in LAUNCH_KINDS:
-        raise RuleError(path, label, "kind", f"{kind!r} is not one of {', '.join(sorted(LAUNCH_KINDS))}")
     m = Marker(
         engine=engine,
         what=what,
@@ -352,31 +359,11 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
         except RuleError as e:
             prof.problems.append(str(e))
     memory = data.get("memory") or {}
-    if not isinstance(memory, dict):
-        raise RuleError(path, engine, "memory", "must be a mapping")
-    for k, v in memory.items():
-        if k not in MEMORY_KEYS:
-            raise RuleError(
-                path, engine, f"memory.{k}", f"unknown key (allowed: {', '.join(sorted(MEMORY_KEYS))})"
-            )
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and k == "reserve_gib":
-            memory[k] = str(v)
-        elif not isinstance(v, str) or not v:
-            raise RuleError(path, engine, f"memory.{k}", "must be a non-empty string")
-    if memory.get("kv_budget", "total") not in KV_BUDGETS:
-        raise RuleError(
-            path, engine, "memory.kv_budget", f"{memory['kv_budget']!r} is not one of {', '.join(KV_BUDGETS)}"
-        )
-    for k, choices in MEMORY_CHOICES.items():
-        if k in memory and memory[k] not in choices:
-            raise RuleError(path, engine, f"memory.{k}", f"{memory[k]!r} is not one of {', '.join(choices)}")
-    if "reserve_gib" in memory:
-        try:
-            float(memory["reserve_gib"])
-        except ValueError:
-            raise RuleError(path, engine, "memory.reserve_gib", "must be a number of GiB") from None
-    if "launch" in memory and "{model}" not in memory["launch"]:
-        raise RuleError(path, engine, "memory.launch", "must hold {model}")
+    if not trusted:
+        from .schemas import check
+
+        check(memory, _schema("memory"), path, engine, at="memory")
+    memory = {k: str(v) for k, v in memory.items()}  # reserve_gib is a number in YAML
     prof.memory = dict(memory)
     units = data.get("units") or {}
     if not (isinstance(units, dict) and all(isinstance(v, str) for v in units.values())):

@@ -117,11 +117,63 @@ def incident_schema(known_keys: set[str]) -> dict[str, Any]:
     }
 
 
+def marker_schema(what: str, phases: tuple[str, ...], launch_kinds: list[str]) -> dict[str, Any]:
+    """One marker of an engine profile (detect, variants, version, phases, launch, observe)."""
+    props: dict[str, Any] = {
+        "needles": {**_NON_EMPTY_STRINGS, "x-problem": "must be a non-empty list of strings"},
+        "pattern": {"type": "string", "minLength": 1, "x-problem": "missing"},
+        "examples": {**_LOG_LINES},
+        "phase": {},
+        "weight": {"type": "integer", "x-problem": "must be a whole number"},
+        "variant": {"type": ["string", "null"]},
+        "kind": {},
+        "why": {"type": ["string", "null"]},
+        "repeat": {"type": "boolean", "x-problem": "must be true or false"},
+    }
+    required = ["needles", "pattern", "examples"]
+    if what == "phases":
+        props["phase"] = {"enum": list(phases), "x-problem": "{value} is not one of " + ", ".join(phases)}
+        required.append("phase")
+    if what == "launch":
+        props["kind"] = {
+            "enum": launch_kinds,
+            "x-problem": "{value} is not one of " + ", ".join(launch_kinds),
+        }
+        required.append("kind")
+    return {
+        "type": "object",
+        "x-problem": "must be a mapping",
+        "required": required,
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+def memory_schema(kv_budgets: list[str], choices: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """An engine profile's `memory` section: how it sizes memory (budget.EngineUnits)."""
+    closed = {
+        k: {"enum": list(v), "x-problem": "{value} is not one of " + ", ".join(v)} for k, v in choices.items()
+    }
+    return {
+        "type": ["object", "null"],
+        "x-problem": "must be a mapping",
+        "additionalProperties": False,
+        "properties": {
+            "kv_budget": {"enum": kv_budgets, "x-problem": "{value} is not one of " + ", ".join(kv_budgets)},
+            "package": {"type": "string", "minLength": 1, "x-problem": "must be a non-empty string"},
+            "launch": {"type": "string", "pattern": "[{]model[}]", "x-problem": "must hold {model}"},
+            "reserve_gib": {"type": "number", "exclusiveMinimum": 0, "x-problem": "must be a number of GiB"},
+            **closed,
+        },
+    }
+
+
 _VALIDATORS: dict[int, Any] = {}
 
 
-def check(data: Any, schema: dict[str, Any], path: str, label: str | None) -> None:
-    """Raise a RuleError naming the file, `label` (a rule id) and the field of the first problem."""
+def check(data: Any, schema: dict[str, Any], path: str, label: str | None, at: str = "") -> None:
+    """Raise a RuleError naming the file, `label` (a rule id) and the field of the first problem
+    (`at`: where `data` sits in its file, e.g. `memory`)."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
@@ -132,7 +184,7 @@ def check(data: Any, schema: dict[str, Any], path: str, label: str | None) -> No
     if error is None:
         return
     field, problem = _said(error)
-    raise RuleError(path, label, field, problem)
+    raise RuleError(path, label, ".".join(x for x in (at, field) if x) or None, problem)
 
 
 def _said(error: Any) -> tuple[str | None, str]:
