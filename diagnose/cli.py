@@ -519,8 +519,12 @@ def _print_probe(res: Any) -> None:
     for n in res.notes:
         c.print(Text(f"  note: {n}", style="dim"))
     if res.cause:
+        from .render import change_text
+
         c.print()
         c.print(Text(f"  cause  {res.cause.title}", style="bold"))
+        for ch in res.cause.changes[:3]:  # what the scan would change for the same message
+            c.print(Text.assemble(("  change ", "bold"), (change_text(ch), "green"), (f"  {ch.why}", "dim")))
         for a in res.cause.advice:
             c.print(Text(f"  next   {a}"))
 
@@ -1118,17 +1122,13 @@ def check(
                 style="bold green" if res["ok"] else "bold red",
             )
         )
+        from .model import Change
+        from .render import change_text
+
         for pr in res["problems"]:
-            ch = pr["change"]
             c.print(Text(f"  ✗ {pr['text']}", style="red"))
-            if ch:
-                c.print(
-                    Text(
-                        f"    → {ch['flag']} {ch['to']}"
-                        + (f"   (was {ch['from']})" if ch.get("from") else ""),
-                        style="green",
-                    )
-                )
+            if pr["change"]:
+                c.print(Text("    → " + change_text(Change.from_json(pr["change"])), style="green"))
         for n in res["notes"]:
             c.print(Text(f"  · {n}", style="dim"))
     raise typer.Exit(EXIT_OK if res["ok"] else EXIT_FOUND)

@@ -185,6 +185,10 @@ class Change:
     frm: str | None = None
     named_by_engine: bool = False  # the engine's own message named this flag (not in JSON)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Change:
+        return cls(d["param"], d["flag"], d["to"], d["why"], d["verify"], d.get("from"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "param": self.param,

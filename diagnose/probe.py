@@ -37,9 +37,16 @@ class Cause:
     cls: str  # the taxonomy class, or "service" for what the log would not show
     title: str
     advice: list[str]
+    # the scan's own changes for the error message the server answered with (model.Change)
+    changes: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"class": self.cls, "title": self.title, "advice": self.advice}
+        return {
+            "class": self.cls,
+            "title": self.title,
+            "advice": self.advice,
+            "changes": [c.to_json() for c in self.changes],
+        }
 
 
 @dataclass
@@ -100,15 +107,43 @@ class Timeouts:
     idle: float = 30.0  # the longest gap between streamed chunks a gateway would tolerate
 
 
+def scan_changes(message: str) -> list[Any]:
+    """The changes the scan's rules and advice give for an error message a server answered
+    with: one knowledge, and one change type, for `scan`, `check` and `probe`."""
+    from .knowledge import Knowledge
+    from .matcher import Scanner
+    from .stages import diagnose
+
+    know = Knowledge.load()
+    scanner = Scanner(know.rules, know.profiles)
+    scanner.feed(("ERROR " + " ".join(message.split()) + "\n").encode("utf-8", "replace"))
+    d = diagnose(scanner.finish(), know, "the server's answer")
+    return list(d.advice) if d.primary is not None else []
+
+
 def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
-    """Map an HTTP error (OpenAI-style body or not) to its usual cause."""
+    """Map an HTTP error (OpenAI-style body or not) to its usual cause, with the scan's changes
+    for the message it carries (not for a refused key: nothing to change on the server)."""
+    _http_cause(res, status, body, text)
+    message, _ = _error_of(body, text)
+    if res.cause is not None and message.strip() and status not in (401, 403):
+        res.cause.changes = scan_changes(message[:2000])
+
+
+def _error_of(body: Any, text: str) -> tuple[str, str]:
+    """(message, type) of an error body: OpenAI's {"error": {...}}, vLLM's ErrorResponse, or text."""
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, str):
         err = {"message": err}
     if err is None and isinstance(body, dict) and body.get("object") == "error":
         err = body  # vLLM's ErrorResponse
     message = str((err or {}).get("message") or text or "")[:300]
-    etype = str((err or {}).get("type") or (err or {}).get("code") or "")
+    return message, str((err or {}).get("type") or (err or {}).get("code") or "")
+
+
+def _http_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
+    """The usual cause of an HTTP error, by its status and message."""
+    message, etype = _error_of(body, text)
     low = message.lower()
     if status in (401, 403):
         res.fail(

@@ -163,3 +163,15 @@ def test_cli_key_from_env_and_timings_in_the_text(cli):
             env={"OPENAI_API_KEY": ""},
         )
         assert p.returncode == 1 and b"wants credentials" in p.stdout
+
+
+def test_an_error_the_server_answers_gets_the_scans_own_change():
+    """One knowledge and one change type: the context-length error vLLM answers with is read by
+    the scan's rules, and its change is the scan's (a request within the context)."""
+    with Stub("context_length") as s:
+        res = probe(s.url, timeouts=FAST)
+    assert res.cause is not None and res.cause.changes, res.cause
+    first = res.cause.changes[0]
+    assert first.param in ("max_tokens", "max_model_len") and first.verify
+    doc = res.to_json()["cause"]
+    assert doc["changes"][0]["param"] == first.param and "to" in doc["changes"][0]
