@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .model import Diagnosis
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Output:
     """One output a command may print."""
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class AdviceData:
     """rules/advice/advice.yaml, checked."""
 
