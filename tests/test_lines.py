@@ -19,7 +19,7 @@ from diagnose.lines import (
 )
 from diagnose.model import Line
 
-from .conftest import SHARED, profile_oom
+from .conftest import FIXTURES, SHARED, profile_oom
 
 LAYOUT = load_profiles().layout  # every shipped engine's line layouts
 
@@ -488,3 +488,17 @@ def test_utf16_and_byte_order_marks_are_read_as_text(know, tmp_path):  # type: i
         got = (d.engine.version, d.primary.cls, d.primary.evidence)
         want = want or got
         assert got == want and got[0] == "0.8.5", enc
+
+
+def test_a_stray_nul_byte_leaves_a_text_log_a_text_log(tmp_path):
+    """A writer killed mid-line can leave a NUL in a log: the log is still read (an executable,
+    with NULs everywhere, is still refused as binary)."""
+    text = (FIXTURES / "logs" / "vllm" / "oom-runtime-v1-fragmented.log").read_bytes()
+    p = tmp_path / "serve.log"
+    p.write_bytes(text[:2000] + b"\x00" + text[2000:])
+    lines = list(iter_lines(Source(str(p), str(p))))
+    assert any("CUDA out of memory" in x.text for x in lines)
+    exe = tmp_path / "a.out"
+    exe.write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x02\x00>\x00" * 500)
+    with pytest.raises(InputError, match="binary data"):
+        list(iter_lines(Source(str(exe), str(exe))))
