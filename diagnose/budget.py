@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +70,12 @@ GGUF_BYTES = {
     "f16": 2.0,
 }
 QUANT_BYTES.update(GGUF_BYTES)
+# what --kv-cache-dtype may name: vLLM's and SGLang's (auto, fp8 kinds), LMDeploy's int8/int4,
+# llama.cpp's and Ollama's cache types
+KV_CACHE_DTYPES = (
+    "auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "bf16", "fp16", "f16", "f32",
+    "q8_0", "q5_0", "q5_1", "q4_0", "q4_1", "iq4_nl",
+)  # fmt: skip
 GGUF_TYPES = frozenset(GGUF_BYTES)
 GGUF_DEFAULT = "q4_k_m"  # what Ollama's library tags and most published GGUF files carry
 
@@ -1523,11 +1530,17 @@ def launch_text(p: Plan) -> str:
 _GPUS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*(?:G(?:i)?B?)?\s*$")
 
 
+# what a user meant as NxGIB when it is not a file: digits, an x, something number-like
+_GPUS_LIKE = re.compile(r"^\s*[-+]?[\d.e+-]*\s*[xX×]\s*[-+]?[\d.eE+-]+\s*(?:G(?:i)?B?)?\s*$")
+
+
 def parse_gpus_spec(spec: str) -> tuple[int, float] | None:
     """`2x80` → (2, 80.0): two GPUs of 80 GiB. None when it is not that form; an InputError
-    when it is, with a count or size that cannot be (0x80, 2x0)."""
+    when it is, with a count or size that cannot be (0x80, 2x0, 2x-80, 1x1e400)."""
     m = _GPUS_RE.match(spec)
     if not m:
+        if _GPUS_LIKE.match(spec) and not os.path.exists(spec):
+            raise ConfigError(f"--gpus {spec}: give N×GiB as two positive numbers, e.g. 2x80")
         return None
     n, gib = int(m.group(1)), float(m.group(2))
     if n < 1 or n > 4096:

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded
+from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded, say_error
 from .outputs import OUTPUTS
 from .scan_command import load_kb, load_knowledge, run_scan
 
@@ -243,11 +243,14 @@ def watch(
                 head = fh.read(8192)
         except OSError as e:
             raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
-        if b"\x00" in head:
+        from .lines import looks_binary
+
+        if looks_binary(head):
             raise InputError(f"{file}: binary data, not a text log")
     from .follow import Follower
     from .live import Verdict, make_progress
 
+    _at_least("--timeout", timeout, 0.001)
     session_cls, kwargs, rules = _live_setup(engine, rules, gpus, budget, follow)
     session = session_cls(load_knowledge(rules), file, **kwargs)
     console = _console()
@@ -313,6 +316,8 @@ def run(
         cmd = cmd[1:]
     if not cmd:
         raise typer.BadParameter("give the server command after --, e.g. diagnose run -- vllm serve MODEL")
+    _at_least("--timeout", timeout, 0.001)
+    _at_least("--grace", grace, 0)
     session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
     session = session_cls(load_knowledge(rules), log or "server", **kwargs)
     console = _console()
@@ -445,6 +450,14 @@ def probe(
 
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter("the URL must start with http:// or https://", param_hint="URL")
+    from urllib.parse import urlsplit
+
+    try:
+        urlsplit(url).port  # noqa: B018 - raises for a port outside 0–65535 or not a number
+    except ValueError:
+        raise typer.BadParameter(
+            f"{url}: the port must be a number from 1 to 65535", param_hint="URL"
+        ) from None
     for hint, v, low in (
         ("--max-tokens", max_tokens, 1),
         ("--connect-timeout", connect_timeout, 0.001),
@@ -989,6 +1002,13 @@ def plan(
     ):
         _at_least(name, value, 1)
     _fraction("--gpu-memory-utilization", util)
+    from .budget import KV_CACHE_DTYPES
+
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise typer.BadParameter(
+            f"{kv_cache_dtype!r} is not a KV-cache type (one of {', '.join(KV_CACHE_DTYPES)})",
+            param_hint="--kv-cache-dtype",
+        )
     cfg = load_config(config)
     shape = with_checkpoint(
         shape_from_config(cfg, quantization, dtype),
@@ -1356,9 +1376,12 @@ def _run_app() -> int:
     except typer.Abort:
         raise KeyboardInterrupt from None
     except Exception as e:
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            # click's usage errors (typer vendors click in recent releases)
-            e.show()
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            # click's usage errors (typer vendors click in recent releases): one line, as every
+            # other error, with the command and where its help is
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx is not None else "diagnose"
+            say_error(f"{e.format_message()} (see `{where} -h`)")
             return EXIT_USAGE
         raise
 

@@ -146,7 +146,7 @@ class _GunzipStream:
         self._raw.close()
 
 
-def _looks_binary(head: bytes) -> bool:
+def looks_binary(head: bytes) -> bool:
     """NUL bytes in more than 1 % of the first 8 KiB: an executable, an image, an archive. A
     stray NUL or two (a writer killed mid-line, a block of zeros after a crash) leaves a text
     log a text log."""
@@ -192,7 +192,7 @@ def read_blocks(source: Source, block_size: int = BLOCK_SIZE) -> Iterator[bytes]
                 first = False
                 if chunk.startswith(b"\xef\xbb\xbf"):
                     chunk = chunk[3:]  # a UTF-8 byte-order mark (Windows editors) is not text
-                if chunk and _looks_binary(chunk):
+                if chunk and looks_binary(chunk):
                     raise InputError(f"{source.name}: binary data, not a text log")
             if not chunk:
                 break

@@ -33,6 +33,16 @@ from .triage import HANG_BUDGET_S, HANG_WAITS_ON
 CAUSE_GRACE_S = 2.0
 
 
+def _seconds(text: str, item: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{item!r}: the seconds must be a number") from None
+    if not 0 < value < 1e9:  # also NaN and infinity
+        raise ValueError(f"{item!r}: the seconds must be a positive number")
+    return value
+
+
 def parse_budgets(items: list[str] | None) -> dict[str, float]:
     """`PHASE=SECONDS` (or a bare number for every phase) → budgets."""
     out = dict(HANG_BUDGET_S)
@@ -42,9 +52,9 @@ def parse_budgets(items: list[str] | None) -> dict[str, float]:
             phase = phase.strip().replace("-", "_")
             if phase not in PHASE_INDEX:
                 raise ValueError(f"unknown phase {phase!r} in --budget (phases: {', '.join(PHASE_INDEX)})")
-            out[phase] = float(secs)
+            out[phase] = _seconds(secs, item)
         else:
-            value = float(item)
+            value = _seconds(item, item)
             out = {k: value for k in out}
             out.setdefault("start", value)
     return out

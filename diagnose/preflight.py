@@ -402,12 +402,22 @@ def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem
     """The port the server would bind, taken on this host already (and by whom)."""
     from .hostports import free_port, port_holder, port_taken
 
-    port = launch.get("port") or profiles.get(engine).defaults.get("port")
+    default = profiles.get(engine).defaults.get("port")
+    port = launch.get("port") or default
     try:
         port = int(port) if port is not None else None
     except (TypeError, ValueError):
+        port = -1
+    if port is None:
         return
-    if port is None or not 0 < port < 65536:
+    if not 0 < port < 65536:
+        problem(
+            "port",
+            f"port {launch.get('port')} is not a TCP port (1–65535)",
+            default or 8000,
+            "a valid port",
+            launch.get("port"),
+        )
         return
     if not port_taken(port, str(launch.get("host") or "0.0.0.0")):
         return

@@ -192,11 +192,31 @@ def test_options_out_of_range_are_usage_errors(cli, tmp_path):
         ["check", "--", "vllm", "serve", "m", "--tensor-parallel-size", "abc"],
         ["check", "--", "vllm", "serve", "m", "--gpu-memory-utilization", "1.5"],
         ["check", "--", "ls", "-la"],
+        ["plan", "--config", str(cfg), "--kv-cache-dtype", "bogus"],
+        ["plan", "--config", str(cfg), "--gpus", "2x-80"],
+        ["plan", "--config", str(cfg), "--gpus", "1x1e400"],
+        ["watch", "--timeout", "-1", str(cfg)],
+        ["watch", "--budget", "-5", str(cfg)],
+        ["watch", "--budget", "load_weights=nan", str(cfg)],
+        ["run", "--timeout", "-5", "--", "true"],
+        ["probe", "http://127.0.0.1:70000"],
+        ["probe", "http://127.0.0.1:-3"],
+        ["probe", "http://127.0.0.1:80x"],
     ):
         p = run([*cli, *args])
         err = p.stderr.decode()
         assert p.returncode == 2, (args, p.stdout, err)
         assert "Traceback" not in err and "internal error" not in err, (args, err)
+        # one line, as the README promises, naming what was wrong
+        assert len(err.strip().splitlines()) == 1 and err.startswith("diagnose: error: "), (args, err)
+
+
+def test_a_launch_on_a_port_that_is_no_port_cannot_work(cli):
+    for port in ("70000", "-1", "http"):
+        p = run([*cli, "check", "--json", "--", "vllm", "serve", "m", "--port", port])
+        doc = json.loads(p.stdout)
+        assert p.returncode == 1 and doc["problems"][0]["param"] == "port", doc
+        assert doc["problems"][0]["change"]["to"] == "8000"
 
 
 def test_scan_accepts_gpus_as_count_and_size(cli, tmp_path):

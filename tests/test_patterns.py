@@ -61,9 +61,13 @@ def test_no_shipped_pattern_backtracks_badly_on_lines_up_to_the_long_line_limit(
     for rid, pattern, needles, examples in _shipped(know):
         compiled = re.compile(pattern)
         for line in _adversarial(needles, examples, LONG_LINE):
-            t = time.perf_counter()
-            compiled.search(line)
-            took = time.perf_counter() - t
+            took = float("inf")
+            for _ in range(2):  # the faster of two: a busy machine's pause is not backtracking
+                t = time.perf_counter()
+                compiled.search(line)
+                took = min(took, time.perf_counter() - t)
+                if took <= PATTERN_TIMEOUT_S:
+                    break
             if took > PATTERN_TIMEOUT_S:
                 slow.append(f"{rid}: {took:.2f} s on {line[:60]!r}…")
                 break
