@@ -132,6 +132,9 @@ class ConfigError(InputError):
     pass
 
 
+CONFIG_MAX_BYTES = 16 << 20  # the largest config.json a model ships is tens of KiB
+
+
 def load_config(path: str) -> dict[str, Any]:
     p = Path(path)
     if p.suffix.lower() == ".gguf" and p.is_file():
@@ -140,15 +143,22 @@ def load_config(path: str) -> dict[str, Any]:
         return config_from_gguf(str(p))  # Ollama's and llama.cpp's own files
     if p.is_dir():
         p = p / "config.json"
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{p}: not a regular file (give config.json or the model directory)")
     try:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(p, "rb") as f:
+            raw = f.read(CONFIG_MAX_BYTES + 1)
+        if len(raw) > CONFIG_MAX_BYTES:
+            raise ConfigError(f"{p}: over {CONFIG_MAX_BYTES >> 20} MiB: not a model's config.json")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file (give config.json or the model directory)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read: {e}") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply to be a model's config.json") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a config.json is a JSON object")
     data["__path__"] = str(p)
@@ -321,7 +331,7 @@ def shape_from_config(
         v = text.get(k)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and k in COUNT_FIELDS[:4]):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and k in COUNT_FIELDS[:5]):
             raise ConfigError(f"{path}: field '{k}' is {v!r}: it must be a positive whole number")
         if v > COUNT_LIMITS.get(k, 1 << 40):
             raise ConfigError(f"{path}: field '{k}' is {v}: no model has that many")

@@ -291,3 +291,21 @@ def test_gemma_interleaves_sliding_window_layers():  # type: ignore[no-untyped-d
     assert (g3.window, g3.window_layers, g3.attn_layers) == (1024, 52, 62)
     assert g3.tied and g3.vocab == 262208
     assert g3.max_position == 131072  # its linear rope factor does not extend the limit
+
+
+def test_a_config_no_model_could_have_is_named(cli, tmp_path):
+    """A zero KV-head count, a device instead of a file, a file nested past any model's: one
+    line naming the file (and the field), exit 2 (#26)."""
+    good = json.loads((CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json").read_text())
+    zero = tmp_path / "kv0.json"
+    zero.write_text(json.dumps({**good, "num_key_value_heads": 0}))
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 50000 + "1" + "}" * 50000)
+    for cfg, said in (
+        (zero, "field 'num_key_value_heads'"),
+        ("/dev/zero", "not a regular file"),
+        (deep, "nested"),
+    ):
+        p = run_cli(cli, "plan", "--config", str(cfg), "--gpus", "1x80")
+        err = p.stderr.decode()
+        assert p.returncode == 2 and said in err and len(err.strip().splitlines()) == 1, err
