@@ -259,6 +259,11 @@ class DeviceSnapshot:
 _MIB_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(MiB|GiB|MB|GB|KiB)?\s*$", re.I)
 
 
+def _ascii_digits(s: str) -> bool:
+    """0-9 only: `str.isdigit` also takes ², ٣ and other digits `int` may refuse."""
+    return s.isascii() and s.isdigit()
+
+
 def _mib(v: str | None) -> int | None:
     if v is None:
         return None
@@ -384,7 +389,7 @@ def parse_csv(text: str) -> DeviceSnapshot:
     if not rows:
         raise DeviceError("no rows in the CSV snapshot")
     head = [re.sub(r"\s*\[.*\]$", "", c).strip().lower() for c in rows[0]]
-    if any(h in _FIELD_ALIASES for h in head) and not rows[0][0].strip().isdigit():
+    if any(h in _FIELD_ALIASES for h in head) and not _ascii_digits(rows[0][0].strip()):
         fields = [_FIELD_ALIASES.get(h, h) for h in head]
         body = rows[1:]
     else:
@@ -409,7 +414,7 @@ def parse_csv(text: str) -> DeviceSnapshot:
         idx = v.get("index")
         gpus.append(
             Gpu(
-                index=int(idx) if idx and idx.isdigit() else n,
+                index=int(idx) if idx and _ascii_digits(idx) else n,
                 name=v.get("name") or "GPU",
                 memory_total_mib=_mib(v.get("memory.total")),
                 memory_used_mib=_mib(v.get("memory.used")),
@@ -432,7 +437,7 @@ def _guess_fields(row: list[str]) -> list[str]:
         return list(SEED_FIELDS)
     out: list[str] = []
     for c in row:
-        if c.isdigit() and "index" not in out:
+        if _ascii_digits(c) and "index" not in out:
             out.append("index")
         elif re.match(r"^GPU-[0-9a-f-]+$", c):
             out.append("uuid")
@@ -597,7 +602,7 @@ def parse_query(text: str) -> DeviceSnapshot:
     proc: dict[str, str] = {}
 
     def flush_proc() -> None:
-        if cur is not None and proc.get("Process ID", "").isdigit():
+        if cur is not None and _ascii_digits(proc.get("Process ID", "")):
             cur.processes.append(
                 GpuProcess(
                     pid=int(proc["Process ID"]),
@@ -637,7 +642,7 @@ def parse_query(text: str) -> DeviceSnapshot:
             continue
         if key == "Product Name":
             cur.name = val
-        elif key == "Minor Number" and val.isdigit():
+        elif key == "Minor Number" and _ascii_digits(val):
             cur.index = int(val)
         elif key == "GPU UUID":
             cur.uuid = val
@@ -676,7 +681,7 @@ def parse_apps_csv(text: str) -> list[GpuProcess]:
     out = []
     for r in rows[1:]:
         v = dict(zip(head, r, strict=False))
-        if (v.get("pid") or "").isdigit():
+        if _ascii_digits(v.get("pid") or ""):
             out.append(
                 GpuProcess(
                     pid=int(v["pid"]),
@@ -700,7 +705,7 @@ def apply_visible_devices(snap: DeviceSnapshot, cvd: str | None) -> DeviceSnapsh
     notes: list[Warning_] = []
     for w in wanted:
         match = None
-        if w.isdigit():
+        if _ascii_digits(w):
             match = next((g for g in snap.gpus if g.index == int(w)), None)
         else:
             match = next((g for g in snap.gpus if g.uuid and g.uuid.startswith(w)), None)

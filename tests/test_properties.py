@@ -99,6 +99,9 @@ SMI_PIECES = [
     "\n",
     "|",
     "-1",
+    "²",  # digits str.isdigit takes and int() may refuse
+    "٣",
+    "０",
 ]
 
 
