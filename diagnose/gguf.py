@@ -130,7 +130,9 @@ def read_gguf(path: str) -> dict[str, Any]:
             dims = r.scalar("<I")
             f.seek(8 * dims + 4, 1)  # the shape and the type: sizes come from the offsets
             infos.append((name, r.scalar("<Q")))
-        align = int(meta.get("general.alignment") or 32)
+        align = meta.get("general.alignment", 32)
+        if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
+            raise GGUFError(f"{path}: field 'general.alignment' is {align!r}: it must be a power of two")
         start = -(-f.tell() // align) * align
     ends = sorted({off for _, off in infos} | {size - start})
     from itertools import pairwise

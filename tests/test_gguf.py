@@ -154,3 +154,12 @@ def test_a_broken_gguf_is_one_line(tmp_path, data, msg):  # type: ignore[no-unty
         read_gguf(str(f))
     r = run([*DIAGNOSE, "plan", "--config", str(f)], text=True)
     assert r.returncode == 2 and msg.split()[0] in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("align", ["32", 0, 48])
+def test_an_alignment_that_is_no_power_of_two_is_named(tmp_path, align):  # type: ignore[no-untyped-def]
+    f = tmp_path / "odd.gguf"
+    meta = {"general.architecture": "llama", "general.alignment": align, "llama.block_count": 2}
+    write_gguf(f, meta, [("token_embd.weight", [8, 8], 0, 256)])
+    r = run([*DIAGNOSE, "plan", "--config", str(f)], text=True)
+    assert r.returncode == 2 and "general.alignment" in r.stderr and "Traceback" not in r.stderr, r.stderr
