@@ -1113,6 +1113,7 @@ def check(
     import json
 
     from .preflight import preflight
+    from .render_json import finite
 
     cmd = [a for a in ctx.args if a != "--"]
     if not cmd:
@@ -1133,7 +1134,7 @@ def check(
         engine_version=engine_version,
     )
     if json_out:
-        print(json.dumps(res, indent=2, ensure_ascii=False))
+        print(json.dumps(finite(res), indent=2, ensure_ascii=False))
     else:
         c = _console()
         c.print(

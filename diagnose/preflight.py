@@ -406,7 +406,7 @@ def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem
     port = launch.get("port") or default
     try:
         port = int(port) if port is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # "http", nan, inf
         port = -1
     if port is None:
         return

@@ -264,3 +264,16 @@ def test_the_outputs_are_one_registry():
     assert [f.value for f in Format] == list(OUTPUTS) == list(FORMATS)
     for out in OUTPUTS.values():
         assert callable(importlib.import_module(f"diagnose.{out.module}").render)
+
+
+def test_json_is_strict_json_when_a_launch_says_inf_or_nan(cli):
+    """JSON has no Infinity or NaN: a launch value that reads as one is said as a string."""
+
+    def strict(text: bytes) -> dict:
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    dump = b"INFO 05-26 18:53:37 [api_server.py:1044] args: Namespace(model_tag='x', port=inf, max_model_len=nan)\n"
+    doc = strict(run([*cli, "scan", "--json", "-"], stdin=dump).stdout)
+    assert doc["launch"]["port"] == "inf" and doc["launch"]["max_model_len"] == "nan"
+    doc = strict(run([*cli, "check", "--json", "--", "vllm", "serve", "m", "--port", "inf"]).stdout)
+    assert doc["problems"][0]["param"] == "port"
