@@ -14,7 +14,7 @@ from .datacache import load_yaml as _load_yaml
 from .errors import RuleError
 from .layout import PREFIX_GROUPS, Layout
 from .model import OOM_PHASES, PHASES, Line
-from .patterns import compile_checked
+from .patterns import PatternError, compile_checked, timed_pattern
 from .patterns import compile_pattern as _compile
 from .shipped import builtin_rules_dir, data_dirs, yaml_files
 
@@ -226,8 +226,9 @@ def _marker(
     return m
 
 
-def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
-    """The profile's line prefixes, compiled (anchored, one layer each)."""
+def _prefixes(raw: Any, path: str, engine: str, trusted: bool, shipped: bool) -> list[Any]:
+    """The profile's line prefixes, compiled (anchored, one layer each): the shipped ones on `re`,
+    a user's on `regex` under the pattern timeout (one that backtracks cannot hang a scan)."""
     import re
 
     if raw is None:
@@ -240,8 +241,8 @@ def _prefixes(raw: Any, path: str, engine: str, trusted: bool) -> list[Any]:
         if not (isinstance(item, dict) and isinstance(item.get("pattern"), str) and item["pattern"]):
             raise RuleError(path, label, "pattern", "missing")
         try:
-            pat = re.compile(item["pattern"])
-        except re.error as e:
+            pat = re.compile(item["pattern"]) if shipped else timed_pattern(item["pattern"])
+        except (re.error, PatternError) as e:
             raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
         bad = set(pat.groupindex) - PREFIX_GROUPS
         if bad:
@@ -334,7 +335,7 @@ def parse_profile(data: Any, path: str, trusted: bool = False, shipped: bool = F
         raise RuleError(path, None, "engine", "missing")
     prof = Profile(engine=engine, title=str(data.get("title") or engine), path=path)
     # the engine's line layouts first: its markers' examples are split with them
-    prof.prefixes = _prefixes(data.get("prefixes"), path, engine, trusted)
+    prof.prefixes = _prefixes(data.get("prefixes"), path, engine, trusted, shipped)
     own_layout = Layout(prof.prefixes)
     for what in ("detect", "variants", "version", "phases", "launch", "observe"):
         items = data.get(what) or []

@@ -43,6 +43,10 @@ class TimedPattern:
         self._timeouts = 0
 
     @property
+    def pattern(self) -> str:
+        return str(self._compiled.pattern)
+
+    @property
     def groupindex(self) -> dict[str, int]:
         return dict(self._compiled.groupindex)
 
@@ -51,10 +55,17 @@ class TimedPattern:
         return self._compiled.groups
 
     def search(self, text: str) -> Any:
+        return self._timed(self._compiled.search, text)
+
+    def match(self, text: str) -> Any:
+        """Anchored at the start (a user profile's line prefixes)."""
+        return self._timed(self._compiled.match, text)
+
+    def _timed(self, how: Any, text: str) -> Any:
         if self._timeouts >= GIVE_UP_AFTER:
             return None
         try:
-            return self._compiled.search(text, timeout=PATTERN_TIMEOUT_S)
+            return how(text, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
             self._timeouts += 1
             TIMED_OUT[self._compiled.pattern] = TIMED_OUT.get(self._compiled.pattern, 0) + 1
@@ -89,11 +100,12 @@ class ShippedPattern:
         if len(text) <= LONG_LINE:
             return self._compiled.search(text)
         if self._timed is None:
-            self._timed = _timed(self._compiled.pattern)
+            self._timed = timed_pattern(self._compiled.pattern)
         return self._timed.search(text)
 
 
-def _timed(pattern: str) -> TimedPattern:
+def timed_pattern(pattern: str) -> TimedPattern:
+    """A pattern on `regex` under the timeout (a user's, or a shipped one on an over-long line)."""
     import regex  # only for user patterns and over-long lines
 
     try:
@@ -104,7 +116,7 @@ def _timed(pattern: str) -> TimedPattern:
 
 def compile_pattern(pattern: str, shipped: bool) -> ShippedPattern | TimedPattern:
     """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not compile."""
-    return ShippedPattern(pattern) if shipped else _timed(pattern)
+    return ShippedPattern(pattern) if shipped else timed_pattern(pattern)
 
 
 def compile_checked(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:

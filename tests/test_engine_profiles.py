@@ -208,3 +208,31 @@ def test_each_profile_claims_its_own_lines(know, tmp_path, engine):
 
 def test_the_engines_are_the_profiles(know):
     assert know.engines == ["generic", "llamacpp", "lmdeploy", "ollama", "sglang", "tgi", "trtllm", "vllm"]
+
+
+def test_a_user_profiles_backtracking_prefix_cannot_hang_a_scan(cli, tmp_path):
+    """A user's line prefix runs on `regex` under the pattern timeout, as a user's rule does (#26)."""
+    rules = tmp_path / "rules"
+    (rules / "engines").mkdir(parents=True)
+    (rules / "engines" / "slowpoke.yaml").write_text(
+        textwrap.dedent("""\
+        engine: slowpoke
+        prefixes:
+          - pattern: '(?:\\w+\\s?)+: '
+            examples: ["abc def: the server says"]
+        detect:
+          - needles: ["slowpoke server"]
+            pattern: 'slowpoke server'
+            examples: ["slowpoke server starting"]
+        """)
+    )
+    log = tmp_path / "serve.log"
+    words = " ".join(["aaaa"] * 40)  # no colon: exponential for a backtracking engine
+    log.write_text(f"{words}\nERROR {words}\nRuntimeError: CUDA error: out of memory\n")
+    import time
+
+    started = time.monotonic()
+    p = run([*cli, "scan", "--json", "--rules", str(rules), str(log)])
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout)["primary"]["class"] == "oom"
+    assert time.monotonic() - started < 20  # three timeouts of 0.25 s at most, then not tried again
