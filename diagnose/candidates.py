@@ -32,6 +32,16 @@ DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log:
 # Retired needles stay in the index until they have cost this many needless candidate lines:
 # then a rebuild (about a millisecond) pays for itself, and the rest of the block is searched again.
 REFIND_AFTER = 64
+# After a rebuild in the middle of a block (a restart), the rest is searched this much at a
+# time: a log that restarts every few lines would otherwise search each block again per restart.
+REFIND_WINDOW = 16 << 10
+BUILT_KEPT = 8  # indexes kept for reuse, by the set of retired markers they were built without
+
+
+def _window_end(block: bytes, start: int) -> int:
+    """Where a search window that begins at `start` ends: a line's end past REFIND_WINDOW."""
+    nl = block.find(b"\n", start + REFIND_WINDOW)
+    return len(block) if nl < 0 else nl + 1
 
 
 def _observe_only(handlers: list[Any]) -> bool:
@@ -73,6 +83,8 @@ class Candidates:
         self.wasted = 0  # candidate lines since the last build that only retired needles brought
         self.lacking = False  # revived handlers whose needles the index no longer holds
         self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
+        self._built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
+        self.builds = 0  # indexes built (not reused): a restart loop must not build one per restart
 
     # --- the index -------------------------------------------------------------------------
 
@@ -89,24 +101,75 @@ class Candidates:
         return self.lacking or (self.dirty and self.wasted >= REFIND_AFTER)
 
     def build(self) -> None:
-        live = [n for n in self.by_needle if n not in self._observe_only and self.live(n)]
-        self._observe_live = [
-            n for n in self._observe_only if any(id(h) not in self.retired for h in self.by_needle[n])
-        ]
-        self.needles = live
         self.wasted = 0
         self.lacking = False
+        self.dirty = False
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
         self._dfa = self._fed >= DFA_AFTER
-        self._index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
-        self.dirty = False
+        # a restart revives the same markers each time: the index built for that set is reused,
+        # so a log of thousands of restarts costs one build per distinct set, not one per restart
+        key = (frozenset(self.retired), self._dfa)
+        built = self._built.get(key)
+        if built is None:
+            live = [n for n in self.by_needle if n not in self._observe_only and self.live(n)]
+            observe_live = [
+                n for n in self._observe_only if any(id(h) not in self.retired for h in self.by_needle[n])
+            ]
+            index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
+            self.builds += 1
+            built = (index, live, observe_live)
+            if len(self._built) >= BUILT_KEPT:
+                del self._built[next(iter(self._built))]
+            self._built[key] = built
+        self._index, self.needles, self._observe_live = built
 
-    def find(self, block: bytes, offset: int = 0) -> list[tuple[int, int]]:
-        """(needle id, byte offset) of every needle in block[offset:], offsets into block."""
-        if offset:
-            return [(m[0], m[1] + offset) for m in self._index.find(block[offset:])]
+    def find(self, block: bytes, offset: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        """(needle id, byte offset) of every needle in block[offset:end], offsets into block;
+        a whole block (no offset) counts as fed."""
+        if offset or end is not None:
+            return [(m[0], m[1] + offset) for m in self._index.find(block[offset:end])]
         self._fed += len(block)
         return self._index.find(block)  # type: ignore[no-any-return]
+
+    def each_line(self, block: bytes, take: Callable[[int, int, int, set[str]], int]) -> int:
+        """`take(pos, start, end, needles)` for each line of the block that holds a live needle,
+        in order; `take` says where reading goes on. The index is rebuilt mid-block when markers
+        revive or retired ones waste time, and the rest is then searched a window at a time.
+        Returns the first byte not taken."""
+        n = len(block)
+        matches = self.find(block)
+        needles = self.needles
+        pos = 0  # the first byte not yet taken
+        searched = n  # matches cover block[:searched]
+        i, nm = 0, len(matches)
+        while True:
+            if i >= nm:
+                if searched >= n:
+                    return pos
+                begin, searched = searched, _window_end(block, searched)
+                matches, i = self.find(block, begin, searched), 0
+                nm = len(matches)
+                continue
+            nid, at = matches[i][0], matches[i][1]
+            if at < pos:
+                i += 1
+                continue
+            start = max(block.rfind(b"\n", pos, at) + 1, pos)
+            nl = block.find(b"\n", at)
+            end = n if nl < 0 else nl
+            found = {needles[nid]}
+            i += 1
+            while i < nm and matches[i][1] < end:
+                found.add(needles[matches[i][0]])
+                i += 1
+            self.note(found)
+            pos = take(pos, start, end, found)
+            if pos < n and self.refind_now():
+                self.build()
+                needles = self.needles
+                searched = _window_end(block, pos)
+                matches, i = self.find(block, pos, searched), 0
+                nm = len(matches)
 
     def live(self, needle: str) -> bool:
         """Does this needle still lead to something (a structure needle always does)?"""

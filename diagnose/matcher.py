@@ -187,41 +187,21 @@ class Scanner:
 
     def _candidate_lines(self, block: bytes) -> int:
         """Process the lines of the block that hold a needle; the first byte not yet counted."""
-        c = self.candidates
+        return self.candidates.each_line(block, lambda *at: self._take_line(block, *at))
+
+    def _take_line(self, block: bytes, pos: int, start: int, end: int, found: set[str]) -> int:
+        """One candidate line (and the lines of a launch dump it opens); the next byte to read."""
         n = len(block)
-        matches = c.find(block)
-        needles = c.needles
-        pos = 0  # first byte not yet accounted for in self.lineno
-        i, nm = 0, len(matches)
-        while i < nm:
-            nid, start_of_match = matches[i][0], matches[i][1]
-            if start_of_match < pos:
-                i += 1
-                continue
-            start = max(block.rfind(b"\n", pos, start_of_match) + 1, pos)
-            nl = block.find(b"\n", start_of_match)
+        self.lineno += block.count(b"\n", pos, start) + 1
+        self._block, self._line_start = block, start
+        self._process(block[start:end], found)
+        pos = end + 1
+        while self.server.collecting is not None and pos < n:  # a launch dump's next lines
+            nl = block.find(b"\n", pos)
             end = n if nl < 0 else nl
-            found = {needles[nid]}
-            i += 1
-            while i < nm and matches[i][1] < end:
-                found.add(needles[matches[i][0]])
-                i += 1
-            self.lineno += block.count(b"\n", pos, start) + 1
-            c.note(found)
-            self._block, self._line_start = block, start
-            self._process(block[start:end], found)
+            self.lineno += 1
+            self._process(block[pos:end], set())
             pos = end + 1
-            while self.server.collecting is not None and pos < n:  # a launch dump's next lines
-                nl = block.find(b"\n", pos)
-                end = n if nl < 0 else nl
-                self.lineno += 1
-                self._process(block[pos:end], set())
-                pos = end + 1
-            if pos < n and c.refind_now():
-                c.build()
-                needles = c.needles
-                matches = c.find(block, pos)
-                i, nm = 0, len(matches)
         return pos
 
     # --- one candidate line -------------------------------------------------------------

@@ -161,3 +161,26 @@ def test_a_restart_after_a_long_serving_run_sees_the_new_runs_phases(tmp_path, k
     assert d.primary.oom_phase == "startup" and d.primary.phase_inferred is None
     phases = [m.phase for m in d.timeline]
     assert "load_weights" in phases and "kv_cache" in phases
+
+
+def test_a_restart_loop_costs_no_index_build_per_restart(know, tmp_path):
+    """Thousands of restarts revive the same markers each time: the index built for that set is
+    reused, and the rest of a block is searched a window at a time (#26: linear in bytes)."""
+    from diagnose.lines import read_blocks
+    from diagnose.matcher import Scanner
+
+    run = (
+        "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+        "INFO 05-26 18:53:40 [parallel_state.py:1004] rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0\n"
+        "INFO 05-26 18:53:41 [gpu_model_runner.py:1329] Starting to load model x...\n"
+        "INFO 05-26 18:53:50 [gpu_model_runner.py:1347] Model loading took 14.99 GiB and 8.1 seconds\n"
+        "INFO 05-26 18:54:00 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000\n"
+    )
+    log = tmp_path / "loop.log"
+    log.write_text(run * 600)
+    scanner = Scanner(know.rules, know.profiles)
+    for block in read_blocks(Source(str(log), str(log))):
+        scanner.feed(block)
+    result = scanner.finish()
+    assert result.earlier_runs == 599
+    assert scanner.candidates.builds < 20, scanner.candidates.builds
