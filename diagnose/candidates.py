@@ -63,6 +63,10 @@ class Candidates:
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self.by_needle = dict(by_needle)
+        self._phase_markers: dict[str, list[Marker]] = defaultdict(list)
+        for m in self.markers:
+            if m.what == "phases" and m.phase:
+                self._phase_markers[m.phase].append(m)
         # Needles only recurring stats lines carry (KV usage, decode batches): only the latest
         # one in a block matters, so they are found with one rfind per block, not the index.
         self._observe_only = {n for n, hs in self.by_needle.items() if _observe_only(hs)}
@@ -203,6 +207,12 @@ class Candidates:
         if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
             for n in handler.needles:
                 self.track[n.encode("utf-8")] = handler.phase
+
+    def retire_phase(self, phase: str) -> None:
+        """The markers of a phase just reached (a dict, not a scan of every marker: a restart
+        loop reaches every phase once a run)."""
+        for m in self._phase_markers.get(phase, ()):
+            self.retire(m)
 
     def retire_markers(self, pred: Callable[[Marker], bool]) -> None:
         for m in self.markers:

@@ -186,7 +186,7 @@ class ServerState:
             return False
         self.reached.add(phase)
         if phase not in ("start", "args"):  # those two must stay: they reveal a restart
-            self.candidates.retire_markers(lambda x: x.what == "phases" and x.phase == phase)
+            self.candidates.retire_phase(phase)
         self.timeline.append(PhaseMark(phase, line.number, when(), line.source, line.message[:200]))
         cur = PHASE_INDEX[self.current_phase] if self.current_phase else -1
         if PHASE_INDEX[phase] > cur:
