@@ -1316,6 +1316,7 @@ def rules_test(
     """Run every rule's examples; with a log, show which rules hit which lines."""
     from .lines import resolve_sources
     from .pipeline import scan_sources
+    from .redact import redact  # the log's own lines are shown: secrets stay masked
     from .rules import check_examples
 
     know = load_knowledge(rules)
@@ -1341,7 +1342,7 @@ def rules_test(
         c.print(table)
         c.print(Text(f"unmatched error-looking lines: {result.unmatched_errors}"))
         for line in result.unmatched_examples[:10]:
-            c.print(Text(f"  {line.number}: {line.text[:160]}", style="yellow"))
+            c.print(Text(f"  {line.number}: {redact(line.text[:160])}", style="yellow"))
     if failed or know.problems:
         raise typer.Exit(EXIT_FOUND)
 

@@ -104,7 +104,9 @@ class LiveSession:
         if tail.strip():
             text = self.scanner.layout.line(self.source, self.lines, tail).message.strip()
             if text:
-                self.last_line = text[:200]
+                from .redact import redact  # the live view shows the log's own last line
+
+                self.last_line = redact(text[:200])
 
     # --- decisions -----------------------------------------------------------------------
 

@@ -137,7 +137,9 @@ def _error_of(body: Any, text: str) -> tuple[str, str]:
         err = {"message": err}
     if err is None and isinstance(body, dict) and body.get("object") == "error":
         err = body  # vLLM's ErrorResponse
-    message = str((err or {}).get("message") or text or "")[:300]
+    from .redact import redact  # a server may echo the key it refused
+
+    message = redact(str((err or {}).get("message") or text or "")[:300])
     return message, str((err or {}).get("type") or (err or {}).get("code") or "")
 
 

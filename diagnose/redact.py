@@ -36,15 +36,20 @@ _SOURCES: list[tuple[str, str]] = [
     ("azure key", r"((?:AccountKey|SharedAccessKey|sig)=)[A-Za-z0-9+/%=]{16,}"),
     ("bearer token", r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
     ("basic auth", r"(?i)(\bauthorization:\s*basic\s+)[A-Za-z0-9+/=]{8,}"),
-    ("password in url", r"([a-z][a-z0-9+.-]*://[^\s:/@'\"]+:)[^\s@/'\"]+(@)"),
+    # any user:password@ in a URL, the user empty too (redis://:pass@host)
+    ("password in url", r"([a-z][a-z0-9+.-]*://[^\s:/@'\"]*:)[^\s@/'\"]+(@)"),
+    ("slack webhook", r"(https://hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]{8,}"),
+    ("sendgrid key", r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
+    ("google oauth secret", r"\bGOCSPX-[A-Za-z0-9_-]{20,}"),
+    ("docker auth", r"(\\?\"auths?\\?\"\s*:\s*\\?\")[A-Za-z0-9+/=]{8,}"),
     (
         "secret setting",
         # password=…, "api_key": "…", AWS_SECRET_ACCESS_KEY=…, HF_TOKEN: …, hf_token='…'
         r"(?i)((?:\b|_)(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?access)?[_-]?key|"
         r"client[_-]?secret|secret|token|auth[_-]?token|password|passwd|private[_-]?key|credentials?)"
-        r"['\"]?\s*[=:]\s*['\"]?)(?!<redacted)(?!None\b|null\b|False\b|True\b|\*+)"
+        r"\\?['\"]?\s*[=:]\s*\\?['\"]?)(?!<redacted)(?!None\b|null\b|False\b|True\b|\*+)"
         # a count after "token" is not one: SGLang's "#token: 441000", "#full token: 2435072"
-        r"(?:(?<!token: )(?<!token:)(?<!token=)|(?!\d+(?![^\s'\",)}\]])))[^\s'\",)}\]]{4,}",
+        r"(?:(?<!token: )(?<!token:)(?<!token=)|(?!\d+(?![^\s'\",)}\]])))[^\s'\",)}\]\\]{4,}",
     ),
     ("secret flag", r"(?i)(--(?:api-key|hf-token|token|password|secret|auth-token)[= ])(?!<redacted)\S+"),
 ]
@@ -65,6 +70,10 @@ _WORDS: dict[str, tuple[str, ...]] = {
     "bearer token": ("bearer",),
     "basic auth": ("basic",),
     "password in url": ("://",),
+    "slack webhook": ("hooks.slack.com",),
+    "sendgrid key": ("sg.",),
+    "google oauth secret": ("gocspx-",),
+    "docker auth": ('"auth',),
     "secret setting": ("key", "secret", "token", "passw", "credential"),
     "secret flag": ("--",),
 }
@@ -72,7 +81,7 @@ _COMPILED: dict[str, re.Pattern[str]] = {}
 # A cheap first test: text without any of these cannot hold a secret of the kinds above.
 _HINT = re.compile(
     r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|AIza|eyJ|key|"
-    r"bearer|basic|://[^\s@]*@|secret|token|passw|pwd|credential|PRIVATE KEY"
+    r"bearer|basic|://[^\s@]*@|secret|token|passw|pwd|credential|PRIVATE KEY|hooks\.slack|SG\.|GOCSPX|\"auth"
 )
 # launch/config keys whose values are secrets whatever they look like
 SECRET_KEYS = re.compile(

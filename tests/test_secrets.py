@@ -35,6 +35,18 @@ CORPUS = [
     ("url password", "https://alice:s3cr3t-pass@hub.example.com/models", "s3cr3t-pass"),
     ("password setting", "password=hunter2hunter2", "hunter2hunter2"),
     ("private key", "-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEA7", "MIIEowIBAAKCAQEA7"),
+    # the general rules (#26): kinds no fixed-prefix list knows
+    ("url empty user", "redis://:p4ssw0rdRedis@cache:6379/0", "p4ssw0rdRedis"),
+    ("url percent-encoded", "https://al%40ice:p%40ss%3Aw0rd9@hub.example.com/x", "p%40ss%3Aw0rd9"),
+    (
+        "slack webhook",
+        "https://hooks.slack.com/services/T01ABCDEF/B02GHIJKL/AbCdEfGhIjKlMnOpQrStUvWx",
+        "AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+    ("sendgrid", "SG.AbCdEfGhIjKlMnOpQrSt.UvWxYz0123456789AbCdEf", "UvWxYz0123456789AbCdEf"),
+    ("google oauth", "client GOCSPX-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKlMnOpQrStUvWx"),
+    ("escaped json key", '{\\"api_key\\": \\"Zq9Xw8Vu7Ts6Rq5Po4\\"}', "Zq9Xw8Vu7Ts6Rq5Po4"),
+    ("docker auth", '{"auths":{"ghcr.io":{"auth":"dXNlcjpTM2NyM3RQYXNz"}}}', "dXNlcjpTM2NyM3RQYXNz"),
 ]
 
 
@@ -102,3 +114,22 @@ def test_no_secret_in_the_incident_store_or_its_export(cli, tmp_path):
     listed = run([*cli, "kb", "list"], env=env).stdout.decode()
     for part in parts:
         assert part not in stored and part not in exported and part not in listed, part
+
+
+def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, know):
+    """The other ways out (#26): `rules test LOG` shows unexplained lines, a server's error body
+    may echo the key it refused, the live view shows the log's last line."""
+    from diagnose.live import LiveSession
+    from diagnose.probe import ProbeResult, _error_cause
+
+    secret = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx"
+    log = tmp_path / "serve.log"
+    log.write_text(f"ERROR 05-26 18:54:00 [x.py:1] upstream refused token={secret} for the gateway\n")
+    p = run([*cli, "rules", "test", str(log)])
+    assert b"AbCdEfGhIjKlMnOp" not in p.stdout + p.stderr
+    res = ProbeResult(url="http://x")
+    _error_cause(res, 400, {"error": {"message": f"Incorrect API key provided: {secret}"}}, "")
+    assert res.cause is not None and "AbCdEfGhIjKlMnOp" not in json.dumps(res.to_json())
+    session = LiveSession(know, "serve.log")
+    session.feed(f"INFO 05-26 18:53:37 [api_server.py:1] serving with api_key={secret}\n".encode())
+    assert "AbCdEfGhIjKlMnOp" not in session.last_line
