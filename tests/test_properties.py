@@ -161,3 +161,53 @@ def test_config_reader_reads_or_refuses(doc):
             shape_from_config(load_config(f.name))
     finally:
         os.unlink(f.name)
+
+
+def _gguf_kv(key: str, vtype: int, payload: bytes) -> bytes:
+    import struct
+
+    k = key.encode()
+    return struct.pack("<Q", len(k)) + k + struct.pack("<I", vtype) + payload
+
+
+# header pieces of the GGUF format: real keys with values of any type, counts, bytes
+GGUF_PIECES = st.lists(
+    st.one_of(
+        st.builds(
+            _gguf_kv,
+            st.sampled_from(
+                [
+                    "general.architecture",
+                    "general.alignment",
+                    "llama.block_count",
+                    "llama.embedding_length",
+                    "llama.attention.head_count",
+                    "llama.attention.head_count_kv",
+                    "llama.context_length",
+                    "general.file_type",
+                ]
+            ),
+            st.integers(0, 13),
+            st.binary(max_size=24),
+        ),
+        st.binary(max_size=16),
+    ),
+    max_size=12,
+).map(b"".join)
+
+
+@MANY
+@given(st.integers(0, 4), st.integers(0, 9), GGUF_PIECES)
+def test_gguf_reader_reads_or_refuses(version, n_kv, body):
+    import struct
+
+    from diagnose.gguf import config_from_gguf
+
+    data = b"GGUF" + struct.pack("<IQQ", version, 0, n_kv) + body
+    with tempfile.NamedTemporaryFile(suffix=".gguf", delete=False) as f:
+        f.write(data)
+    try:
+        with contextlib.suppress(InputError):
+            config_from_gguf(f.name)
+    finally:
+        os.unlink(f.name)
