@@ -184,11 +184,17 @@ def _rule_from(raw: dict[str, Any], path: str, cls: Any, compiled: Any, shipped:
     )
 
 
-def shipped_layout() -> Layout:
-    """The line layouts of every shipped engine profile (for rules checked without a scan's)."""
-    from .engines import load_profiles
+_SHIPPED_LAYOUT: list[Layout] = []
 
-    return load_profiles().layout
+
+def shipped_layout() -> Layout:
+    """The line layouts of every shipped engine profile (for rules checked without a scan's),
+    loaded once per process: a rule file's every rule asks for it."""
+    if not _SHIPPED_LAYOUT:
+        from .engines import load_profiles
+
+        _SHIPPED_LAYOUT.append(load_profiles().layout)
+    return _SHIPPED_LAYOUT[0]
 
 
 def rule_matches_text(rule: Rule, text: str, layout: Layout) -> Any:
