@@ -328,21 +328,29 @@ def similarity(
 # --- writing --------------------------------------------------------------------------------
 
 
-def locked(store: str) -> Any:
+class locked:
     """An exclusive lock on the store (filelock: the same on Linux, macOS and Windows):
     concurrent `kb add` runs take turns, none is lost."""
-    from filelock import FileLock  # only a write to the store pays for it
 
-    if os.path.exists(store) and not os.path.isdir(store):
-        raise InputError(f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file")
-    try:
-        os.makedirs(store, exist_ok=True)
-        lock = FileLock(os.path.join(store, ".lock"))
-        lock.acquire()
-    except OSError as e:
-        raise InputError(f"{store}: cannot write the incident store: {e.strerror or e}") from None
-    lock.release()  # it opens and writes: now taken for real by the `with`
-    return lock
+    def __init__(self, store: str):
+        from filelock import FileLock  # only a write to the store pays for it
+
+        if os.path.exists(store) and not os.path.isdir(store):
+            raise InputError(
+                f"{store}: the incident store must be a directory (--kb / DIAGNOSE_KB), not a file"
+            )
+        self.store = store
+        self._lock = FileLock(os.path.join(store, ".lock"))
+
+    def __enter__(self) -> None:
+        try:
+            os.makedirs(self.store, exist_ok=True)
+            self._lock.acquire()
+        except OSError as e:
+            raise InputError(f"{self.store}: cannot write the incident store: {e.strerror or e}") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 def next_id(store: str) -> str:
