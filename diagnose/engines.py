@@ -71,7 +71,6 @@ SERIES_FIELDS = {
     "prefix_hit": "prefix-cache hit rate",
 }
 SERIES_KEYS = {"needles", "fields", "examples", "why"}
-MARKER_KEYS = {"needles", "pattern", "examples", "phase", "weight", "variant", "kind", "why", "repeat"}
 LAUNCH_KINDS = {"python_call", "python_dict", "python_kwargs", "rust_debug", "command_line"}
 
 

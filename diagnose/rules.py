@@ -20,28 +20,11 @@ if TYPE_CHECKING:
 
     from .layout import Layout
 
-RULE_KEYS = {
-    "id": "required",
-    "engines": "required",
-    "class": "required",
-    "severity": "required",
-    "needles": "required",
-    "pattern": "required",
-    "title": "required",
-    "examples": "required",
-    "why": "optional",
-    "advice": "optional",
-    "consequence": "optional",
-    "oom_phase": "optional",
-    "scope": "optional",
-    "layer": "optional",
-}
 # `rule`: a specific message, reported as a finding. `vocabulary`: a class's words, used only
 # to name the class of an error no rule explains (an unexplained traceback, an engine's
 # "worker failed" summary), with lower confidence; never a finding by itself.
 LAYERS = ("rule", "vocabulary")
 ANY_ENGINE = "any"  # a rule for every engine; the other names are the engine profiles (rules/engines/)
-ADVICE_KEYS = {"param", "to", "why"}
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -79,10 +62,6 @@ def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> Non
         raise RuleError(path, rid, fld, problem)
 
 
-def _str_list(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
 def _pattern_groups(pattern: str) -> set[str]:
     return set(re.findall(r"\(\?P<(\w+)>", pattern))
 
@@ -105,7 +84,7 @@ def _rule_schema() -> dict[str, Any]:
     from . import schemas  # only a file that changed is validated
 
     if not _SCHEMA:
-        _SCHEMA.update(schemas.rule_schema(LAYERS))
+        _SCHEMA.update(schemas.rule_schema(LAYERS, _ID_RE.pattern))
     return _SCHEMA
 
 

@@ -24,8 +24,8 @@ _NON_EMPTY_STRINGS = {
 _LOG_LINES = {**_NON_EMPTY_STRINGS, "x-problem": "must be a non-empty list of log lines"}
 
 
-def rule_schema(layers: tuple[str, ...]) -> dict[str, Any]:
-    """One rule of a rules file (rules/*.yaml)."""
+def rule_schema(layers: tuple[str, ...], id_pattern: str) -> dict[str, Any]:
+    """One rule of a rules file (rules/*.yaml); `id_pattern`: what an id (and an engine name) is."""
     classes = sorted(CLASSES)
     return {
         "type": "object",
@@ -38,7 +38,7 @@ def rule_schema(layers: tuple[str, ...]) -> dict[str, Any]:
         "properties": {
             "id": {
                 "type": "string",
-                "pattern": r"^[a-z0-9][a-z0-9_.-]*$",
+                "pattern": id_pattern,
                 "x-problem": "must be lower-case words joined by . - or _",
             },
             "engines": {"type": "array", "minItems": 1, "x-problem": "must be a non-empty list"},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 from . import from_sources
@@ -233,10 +232,6 @@ def _server_was_up_after(rec: RecordedHit, result: ScanResult) -> bool:
         and 0 < h.hit.line.number - line.number <= CONTEXT_AFTER
         for h in result.hits
     )
-
-
-def _mask(text: str) -> str:
-    return re.sub(r"0x[0-9a-f]+|\d+(?:\.\d+)?", "#", text)
 
 
 def _specificity(rec: RecordedHit) -> int:
