@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 PATTERN_TIMEOUT_S = 0.25
 LONG_LINE = 32 << 10  # characters: longer texts are searched under the timeout
+PREFILTER_AFTER = 4  # searches of a pattern after which its literals are worked out
 
 
 class PatternError(ValueError):
@@ -57,15 +58,15 @@ class TimedPattern:
     def search(self, text: str) -> Any:
         return self._timed(self._compiled.search, text)
 
-    def match(self, text: str) -> Any:
-        """Anchored at the start (a user profile's line prefixes)."""
-        return self._timed(self._compiled.match, text)
+    def match(self, text: str, pos: int = 0) -> Any:
+        """Anchored at pos (a user profile's line prefixes; a shipped pattern's alternative)."""
+        return self._timed(self._compiled.match, text, pos)
 
-    def _timed(self, how: Any, text: str) -> Any:
+    def _timed(self, how: Any, text: str, pos: int = 0) -> Any:
         if self._timeouts >= GIVE_UP_AFTER:
             return None
         try:
-            return how(text, timeout=PATTERN_TIMEOUT_S)
+            return how(text, pos, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
             self._timeouts += 1
             TIMED_OUT[self._compiled.pattern] = TIMED_OUT.get(self._compiled.pattern, 0) + 1
@@ -73,9 +74,11 @@ class TimedPattern:
 
 
 class ShippedPattern:
-    """A screened pattern: `re` up to LONG_LINE characters, `regex` under the timeout beyond."""
+    """A screened pattern: `re` up to LONG_LINE characters, `regex` under the timeout beyond;
+    after PREFILTER_AFTER searches, texts without the literals a match needs are not searched,
+    and only the alternatives whose literals are there are (literals.py)."""
 
-    __slots__ = ("_compiled", "_timed")
+    __slots__ = ("_alts", "_compiled", "_prefilter", "_searches", "_timed")
 
     def __init__(self, pattern: str):
         try:
@@ -83,6 +86,9 @@ class ShippedPattern:
         except re.error as e:
             raise PatternError(str(e)) from None
         self._timed: TimedPattern | None = None
+        self._searches = 0
+        self._prefilter: Any = None  # literals.Prefilter once built; False where it has no use
+        self._alts: dict[tuple[int, bool], Any] = {}  # (alternative, over LONG_LINE) -> compiled
 
     @property
     def pattern(self) -> str:
@@ -97,11 +103,48 @@ class ShippedPattern:
         return self._compiled.groups
 
     def search(self, text: str) -> Any:
-        if len(text) <= LONG_LINE:
-            return self._compiled.search(text)
+        pf = self._prefilter
+        if pf is None:
+            self._searches += 1
+            if self._searches >= PREFILTER_AFTER:  # a pattern searched a few times: worth it
+                from .literals import Prefilter
+
+                pf = Prefilter(self._compiled.pattern)
+                self._prefilter = pf = pf if pf.useful else False
+        long = len(text) > LONG_LINE
+        if pf:
+            hay = pf.haystack(text)
+            if hay is not None:
+                possible = pf.possible(hay)
+                if not possible:
+                    return None
+                if pf.split and len(possible) < len(pf.alternatives):
+                    return self._search_alternatives(text, possible, long)
+        if long:
+            return self._timed_whole().search(text)
+        return self._compiled.search(text)
+
+    def _timed_whole(self) -> TimedPattern:
         if self._timed is None:
             self._timed = timed_pattern(self._compiled.pattern)
-        return self._timed.search(text)
+        return self._timed
+
+    def _search_alternatives(self, text: str, possible: list[int], long: bool) -> Any:
+        """The whole pattern's match, found where the earliest possible alternative matches."""
+        first = -1
+        for i in possible:
+            alt = self._alts.get((i, long))
+            if alt is None:
+                source = self._prefilter.alternatives[i][0]
+                alt = self._alts[(i, long)] = timed_pattern(source) if long else re.compile(source)
+            m = alt.search(text)
+            if m is not None and (first < 0 or m.start() < first):
+                first = m.start()
+        if first < 0:
+            return None
+        whole: Any = self._timed_whole() if long else self._compiled
+        m = whole.match(text, first)
+        return m if m is not None else whole.search(text)
 
 
 def timed_pattern(pattern: str) -> TimedPattern:

@@ -1,0 +1,242 @@
+"""What every match of a pattern must contain: the literal prefilter of ripgrep and Hyperscan.
+
+A rule woken by a needle is searched on its whole line, and `re` tries every alternative of
+the pattern at every position: a class's vocabulary (25 alternatives, case-insensitive) costs
+~0.2 ms on a 300-character loader line. Most lines hold none of the literals a match needs,
+so the search is skipped; on the rest only the top-level alternatives whose literal is on the
+line are searched, and the whole pattern is matched once where the earliest of them starts
+(the same match `search` gives: an alternation takes, at the leftmost position where any
+alternative matches, the first that does, and an alternative whose literal is absent
+matches nowhere).
+
+The literals are read from the pattern's parse tree (`re._parser`, which `re.compile` runs
+anyway): runs of literal characters in the sequence a match must pass through, descending
+into groups, repeats of at least one, and alternations whose every branch has a literal.
+Where a literal cannot be proved (a branch like `\\w+ error`), nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from re import _constants as C  # type: ignore[attr-defined]
+from re import _parser  # type: ignore[attr-defined]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MIN_LITERAL = 3  # a shorter literal is on too many lines to be worth the test
+MAX_SETS = 3  # sets of literals kept per alternative (each must be present)
+_REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", C.MAX_REPEAT))
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+# constructs that tie one alternative to another's groups: the alternatives are not split
+_CROSS_REFS = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")
+
+
+def required(pattern: str) -> tuple[list[frozenset[str]], bool] | None:
+    """Sets of literals, each set with one literal in the text wherever the pattern matches
+    (the most selective first), and whether to compare case-folded; None where no literal of
+    MIN_LITERAL characters is proved."""
+    try:
+        tree = _parser.parse(pattern, 0)
+    except re.error:
+        return None
+    fold = bool(tree.state.flags & re.IGNORECASE) or _changes_case(tree.data)
+    sets = _need(tree.data)
+    if not sets:
+        return None
+    return ([frozenset(x.lower() for x in s) for s in sets] if fold else sets), fold
+
+
+def _changes_case(seq: Any) -> bool:
+    """Does a scoped flag group (`(?i:…)`, `(?-i:…)`) switch case folding anywhere?"""
+    for op, av in seq:
+        if op is C.SUBPATTERN:
+            if (av[1] | av[2]) & re.IGNORECASE or _changes_case(av[3].data):
+                return True
+        elif op is C.BRANCH:
+            if any(_changes_case(b.data) for b in av[1]):
+                return True
+        elif op in _REPEATS:
+            if _changes_case(av[2].data):
+                return True
+        elif op is C.ATOMIC_GROUP and _changes_case(av.data):
+            return True
+    return False
+
+
+def _selective(s: frozenset[str]) -> tuple[int, int]:
+    return min(map(len, s)), -len(s)  # the longest shortest literal, then the fewest
+
+
+def _need(seq: Any) -> list[frozenset[str]]:
+    """Every set of literals a match of this sequence must hold one of, the best MAX_SETS."""
+    sets: list[frozenset[str]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) >= MIN_LITERAL:
+            sets.append(frozenset(["".join(run)]))
+        run.clear()
+
+    for op, av in seq:
+        if op is C.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        sets.extend(_need_of(op, av))
+    flush()
+    return sorted(set(sets), key=_selective, reverse=True)[:MAX_SETS]
+
+
+def _need_of(op: Any, av: Any) -> list[frozenset[str]]:
+    if op is C.SUBPATTERN:
+        return _need(av[3].data)
+    if op is C.ATOMIC_GROUP:
+        return _need(av.data)
+    if op in _REPEATS:
+        return _need(av[2].data) if av[0] >= 1 else []
+    if op is C.BRANCH:  # one literal of some branch: each branch's best set, joined
+        best = [_need(b.data)[:1] for b in av[1]]
+        if not all(best):
+            return []
+        return [frozenset().union(*(b[0] for b in best))]
+    return []
+
+
+def top_alternatives(pattern: str) -> list[str] | None:
+    """The pattern's top-level alternatives, each with the pattern's global flags; None where it
+    has one, or where splitting could change what a group refers to."""
+    flags = ""
+    m = _GLOBAL_FLAGS.match(pattern)
+    if m:
+        flags, pattern = m.group(0), pattern[m.end() :]
+        if "x" in flags:  # verbose: a `|` may be in a comment
+            return None
+    if _CROSS_REFS.search(pattern):
+        return None
+    parts: list[str] = []
+    depth, start, i, n = 0, 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i = _class_end(pattern, i)
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return [flags + p for p in parts] if len(parts) > 1 else None
+
+
+def _class_end(pattern: str, i: int) -> int:
+    """The index after the character class opening at i (`[]…]` and `[^]…]` hold a `]`)."""
+    i += 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
+
+
+class Prefilter:
+    """Which of a pattern's alternatives can match a text, by their literals: one Aho-Corasick
+    pass over the text finds every literal of every alternative."""
+
+    __slots__ = ("_by_literal", "_finder", "alternatives", "ascii", "fold", "literals", "split", "useful")
+
+    def __init__(self, pattern: str):
+        self.fold = False
+        self.split = False
+        # per alternative: its text and its sets of literal indexes (each set must be present)
+        self.alternatives: list[tuple[str, list[frozenset[int]]]] = []
+        found: list[tuple[str, tuple[list[frozenset[str]], bool] | None]] = []
+        alts = top_alternatives(pattern)
+        if alts is not None:
+            found = [(a, required(a)) for a in alts]
+            self.split = all(need is not None for _, need in found)
+        if not self.split:
+            found = [(pattern, required(pattern))]
+        self.useful = all(need is not None for _, need in found)
+        self.literals: list[str] = []
+        if not self.useful:
+            return
+        self.fold = any(need[1] for _, need in found if need is not None)
+        index: dict[str, int] = {}
+        for text, need in found:
+            assert need is not None
+            sets = [
+                frozenset(index.setdefault(x.lower() if self.fold else x, len(index)) for x in s)
+                for s in need[0]
+            ]
+            self.alternatives.append((text, sets))
+        self.literals = list(index)
+        self.ascii = all(x.isascii() for x in self.literals)
+        self._finder: Any = None
+        # literal -> the alternatives whose first (most selective) set holds it
+        self._by_literal: list[list[int]] = [[] for _ in self.literals]
+        for i, (_, sets) in enumerate(self.alternatives):
+            for x in sets[0]:
+                self._by_literal[x].append(i)
+
+    def haystack(self, text: str) -> str | None:
+        """The text the literals are looked for in (lowered where they are case-folded); None
+        where the test cannot be exact (a non-ASCII literal folded in a non-ASCII text)."""
+        if not self.fold:
+            return text
+        if not (self.ascii or text.isascii()):
+            return None
+        return _fold(text)
+
+    def possible(self, hay: str) -> list[int]:
+        """Indexes of the alternatives whose literals are all in the text."""
+        if self._finder is None:
+            self._finder = _finder(self.literals)
+        present = self._finder(hay)
+        if not present:
+            return []
+        woken: set[int] = set()
+        for x in present:
+            woken.update(self._by_literal[x])
+        alts = self.alternatives
+        return sorted(i for i in woken if all(not s.isdisjoint(present) for s in alts[i][1][1:]))
+
+
+def _finder(literals: list[str]) -> Any:
+    """text -> the set of indexes of the literals in it (overlapping ones included)."""
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return lambda hay: {i for i, x in enumerate(literals) if x in hay}
+    # on UTF-8 bytes: the str automaton converts every offset to a character index (2× slower)
+    ac = ahocorasick_rs.BytesAhoCorasick(
+        [x.encode() for x in literals], matchkind=ahocorasick_rs.MatchKind.Standard
+    )
+    return lambda hay: {m[0] for m in ac.find_matches_as_indexes(hay.encode(), overlapping=True)}
+
+
+# Letters `re` matches to an ASCII letter case-insensitively that `str.lower` leaves non-ASCII
+# (re/_casefix.py's extra cases for i and s, and U+0130, which lowers to two characters): with
+# them mapped first, a lowered text holds a folded ASCII literal wherever `re` would match it.
+_RE_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s"}
+
+_last: list[str] = ["", ""]  # the last text folded and its folding: rules share one line
+
+
+def _fold(text: str) -> str:
+    if _last[0] is not text:
+        folded = text
+        if not text.isascii() and any(chr(c) in text for c in _RE_FOLDS):
+            folded = text.translate(_RE_FOLDS)  # slow (a dict lookup per character): only when needed
+        _last[0], _last[1] = text, folded.lower()
+    return _last[1]

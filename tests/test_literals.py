@@ -1,0 +1,156 @@
+"""The literal prefilter (literals.py) never changes a match: a shipped pattern searched through
+it gives the span and groups plain `re` gives, on the rules' own examples, on every line of the
+real logs that wakes the pattern, on over-long lines and on generated text."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diagnose import patterns
+from diagnose.literals import Prefilter, required, top_alternatives
+from diagnose.patterns import ShippedPattern
+
+from .conftest import REAL_LOGS
+
+
+def _same(plain: re.Pattern[str], sp: ShippedPattern, text: str) -> bool:
+    a, b = plain.search(text), sp.search(text)
+    return (a and (a.span(), a.groupdict())) == (b and (b.span(), b.groupdict()))
+
+
+@pytest.fixture
+def prefilter_at_once(monkeypatch):
+    monkeypatch.setattr(patterns, "PREFILTER_AFTER", 0)
+
+
+def _items(know) -> list[tuple[str, str, list[str], list[str]]]:
+    items = [
+        (r.id, r.pattern, r.needles, r.examples_match + r.examples_no_match)
+        for r in know.rules.rules
+        if r.shipped
+    ]
+    items += [(f"{m.engine}.{m.what}", m.pattern, m.needles, m.examples) for m in know.profiles.markers]
+    return items
+
+
+def test_required_literals_of_real_patterns():
+    assert required("address already in use") == ([frozenset({"address already in use"})], False)
+    need, fold = required(r"(?i)checkpoint (?:is )?(?:corrupt|incomplete|invalid)")  # type: ignore[misc]
+    assert (
+        fold
+        and need[0] == frozenset({"checkpoint "})
+        and frozenset({"corrupt", "incomplete", "invalid"}) in need
+    )
+    assert required(r"\w+=\d+") is None  # nothing proved: nothing skipped
+    assert required(r"(?:foo)?ba\d") is None  # an optional group and a short run prove nothing
+    assert required(r"(?:CUDA|HIP) out of memory")[0][0] == frozenset({" out of memory"})  # type: ignore[index]
+
+
+def test_alternatives_are_split_only_where_it_is_safe():
+    assert top_alternatives("(?i)a[|]b|c(d|e)|\\|f") == ["(?i)a[|]b", "(?i)c(d|e)", "(?i)\\|f"]
+    assert top_alternatives("x[]|]y|z") == ["x[]|]y", "z"]
+    assert top_alternatives("(a)x|\\1y") is None  # a back-reference ties two alternatives
+    assert top_alternatives("(?P<a>a)x|(?P=a)") is None
+    assert top_alternatives("(?x) a | b  # c|d") is None  # verbose: `|` may be in a comment
+    assert top_alternatives("(?:a|b)c") is None
+
+
+def test_a_pattern_with_one_unproved_alternative_is_searched_whole():
+    pf = Prefilter(r"(?i)out of memory|\w+=\d+")
+    assert not pf.useful
+
+
+def test_every_shipped_pattern_gives_the_same_match_on_its_examples(know, prefilter_at_once):
+    checked = 0
+    for rid, pattern, _, examples in _items(know):
+        plain, sp = re.compile(pattern), ShippedPattern(pattern)
+        for text in examples:
+            assert _same(plain, sp, text), (rid, text)
+            checked += 1
+    assert checked > 500
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
+def test_every_shipped_pattern_gives_the_same_match_on_every_real_line_it_wakes(know, prefilter_at_once):
+    import ahocorasick_rs
+
+    lines: list[str] = []
+    for p in sorted(REAL_LOGS.glob("*/log.txt")):
+        lines += p.read_text(errors="replace").splitlines()
+    items = _items(know)
+    needles = sorted({n for _, _, ns, _ in items for n in ns})
+    ac = ahocorasick_rs.AhoCorasick(needles)
+    woken: dict[str, list[str]] = {}  # needle -> the lines holding it
+    for text in lines:
+        for i in {m[0] for m in ac.find_matches_as_indexes(text, overlapping=True)}:
+            woken.setdefault(needles[i], []).append(text)
+    checked = 0
+    for rid, pattern, ns, _ in items:
+        plain, sp = re.compile(pattern), ShippedPattern(pattern)
+        for text in dict.fromkeys(t for n in ns for t in woken.get(n, ())):
+            assert _same(plain, sp, text), (rid, text[:200])
+            checked += 1
+    assert checked > 20_000
+
+
+def test_over_long_lines_give_the_same_match(know, prefilter_at_once):
+    filler = "x=1, " * (patterns.LONG_LINE // 5 + 10)
+    for rid, pattern, _, examples in _items(know)[:60]:
+        plain, sp = re.compile(pattern), ShippedPattern(pattern)
+        for e in examples[:2]:
+            for text in (filler + e, e + filler, filler + e + filler):
+                assert _same(plain, sp, text), rid
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (r"(?i)mission failed", "MİSSİON FAILED"),  # U+0130: `re` folds it to i; str.lower to two characters
+        (r"(?i)disk full|process died", "proceſs died"),  # U+017F long s: `re` folds it to s
+        (r"(?i)init failed|link down", "lınk down"),  # U+0131 dotless i
+        (r"(?i)KELVIN|cuda error", "CUDA ERROR"),
+        (r"(?i:received signal) SIGTERM|Exit Code 143", "RECEIVED SIGNAL SIGTERM"),
+    ],
+)
+def test_case_folding_is_never_narrower_than_re(pattern, text, prefilter_at_once):
+    plain, sp = re.compile(pattern), ShippedPattern(pattern)
+    assert plain.search(text) is not None
+    assert _same(plain, sp, text)
+
+
+_WORDS = [
+    "out of memory",
+    "CUDA",
+    "error",
+    "tokenizer",
+    "not supported",
+    "port",
+    "in use",
+    "bind",
+    "é",
+    "İ",
+    "ſ",
+]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=8)), max_size=12).map(" ".join),
+    st.sampled_from(
+        [
+            r"(?i)(?:load|find|open)\w* (?:the )?tokenizer|tokenizer\S* (?:not found|failed)|unsupported (?:model|dtype)",
+            r"(?i)address already in use|port \d+ is (?:already )?(?:in use|taken)|(?:failed to|unable to) bind",
+            r"CUDA (?:error|out of memory)|(?P<what>\w+) not supported|(?i:ERROR) in \w+",
+            r"^error: (?P<msg>.+)$|\bout of memory\b",
+        ]
+    ),
+)
+def test_generated_text_gives_the_same_match(text, pattern):
+    plain = re.compile(pattern)
+    sp = ShippedPattern(pattern)
+    sp._prefilter = Prefilter(pattern)  # at once, without the fixture (hypothesis reruns the body)
+    assert _same(plain, sp, text)
