@@ -35,6 +35,7 @@ REFIND_AFTER = 64
 # After a rebuild in the middle of a block (a restart), the rest is searched this much at a
 # time: a log that restarts every few lines would otherwise search each block again per restart.
 REFIND_WINDOW = 16 << 10
+TRACK_AUTOMATON_FROM = 4  # tracked needles from which one automaton pass beats an rfind each
 BUILT_KEPT = 8  # indexes kept for reuse, by the set of retired markers they were built without
 
 
@@ -87,6 +88,7 @@ class Candidates:
         self.wasted = 0  # candidate lines since the last build that only retired needles brought
         self.lacking = False  # revived handlers whose needles the index no longer holds
         self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
+        self._track_index: tuple[tuple[bytes, ...], Any, list[str]] | None = None
         self._built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
         self.builds = 0  # indexes built (not reused): a restart loop must not build one per restart
 
@@ -244,8 +246,21 @@ class Candidates:
 
     def progress(self, block: bytes, base: int, phase_last_line: dict[str, int]) -> None:
         """The last line of the block that says ready or serving (markers retired long ago)."""
-        for needle, phase in self.track.items():
-            idx = block.rfind(needle)
+        last: dict[str, int] = {}
+        if len(self.track) < TRACK_AUTOMATON_FROM:
+            for needle, phase in self.track.items():
+                idx = block.rfind(needle)
+                if idx > last.get(phase, -1):
+                    last[phase] = idx
+        else:  # one pass for all of them: a needle that is absent costs rfind the whole block
+            key = tuple(self.track)
+            if self._track_index is None or self._track_index[0] != key:
+                self._track_index = (key, make_index(list(key)), list(self.track.values()))
+            _, index, phases = self._track_index
+            for m in index.find(block):
+                if m[1] > last.get(phases[m[0]], -1):
+                    last[phases[m[0]]] = m[1]
+        for phase, idx in last.items():
             if idx >= 0:
                 line = base + block.count(b"\n", 0, idx) + 1
                 if line > phase_last_line.get(phase, 0):

@@ -153,40 +153,31 @@ class Prefilter:
     """Which of a pattern's alternatives can match a text, by their literals: one Aho-Corasick
     pass over the text finds every literal of every alternative."""
 
-    __slots__ = ("_by_literal", "_finder", "alternatives", "ascii", "fold", "literals", "split", "useful")
+    __slots__ = ("_always", "_by_literal", "_finder", "alternatives", "ascii", "fold", "literals", "split", "useful")
 
     def __init__(self, pattern: str):
-        self.fold = False
-        self.split = False
-        # per alternative: its text and its sets of literal indexes (each set must be present)
-        self.alternatives: list[tuple[str, list[frozenset[int]]]] = []
-        found: list[tuple[str, tuple[list[frozenset[str]], bool] | None]] = []
         alts = top_alternatives(pattern)
-        if alts is not None:
-            found = [(a, required(a)) for a in alts]
-            self.split = all(need is not None for _, need in found)
-        if not self.split:
-            found = [(pattern, required(pattern))]
-        self.useful = all(need is not None for _, need in found)
-        self.literals: list[str] = []
-        if not self.useful:
-            return
+        self.split = alts is not None
+        found = [(a, required(a)) for a in alts] if alts is not None else [(pattern, required(pattern))]
+        # an alternative with no literal proved is searched on every text (the others still
+        # rule themselves out); with none proved at all there is nothing to gain
+        self.useful = any(need is not None for _, need in found)
         self.fold = any(need[1] for _, need in found if need is not None)
         index: dict[str, int] = {}
+        # per alternative: its text and its sets of literal indexes (each set must be present)
+        self.alternatives: list[tuple[str, list[frozenset[int]]]] = []
         for text, need in found:
-            assert need is not None
-            sets = [
-                frozenset(index.setdefault(x.lower() if self.fold else x, len(index)) for x in s)
-                for s in need[0]
-            ]
-            self.alternatives.append((text, sets))
+            sets = need[0] if need is not None else []
+            ids = [frozenset(index.setdefault(x.lower() if self.fold else x, len(index)) for x in s) for s in sets]
+            self.alternatives.append((text, ids))
         self.literals = list(index)
         self.ascii = all(x.isascii() for x in self.literals)
         self._finder: Any = None
+        self._always = [i for i, (_, sets) in enumerate(self.alternatives) if not sets]
         # literal -> the alternatives whose first (most selective) set holds it
         self._by_literal: list[list[int]] = [[] for _ in self.literals]
         for i, (_, sets) in enumerate(self.alternatives):
-            for x in sets[0]:
+            for x in sets[0] if sets else ():
                 self._by_literal[x].append(i)
 
     def haystack(self, text: str) -> str | None:
@@ -204,12 +195,13 @@ class Prefilter:
             self._finder = _finder(self.literals)
         present = self._finder(hay)
         if not present:
-            return []
+            return self._always
         woken: set[int] = set()
         for x in present:
             woken.update(self._by_literal[x])
         alts = self.alternatives
-        return sorted(i for i in woken if all(not s.isdisjoint(present) for s in alts[i][1][1:]))
+        ok = [i for i in woken if all(not s.isdisjoint(present) for s in alts[i][1][1:])]
+        return sorted([*ok, *self._always]) if self._always else sorted(ok)
 
 
 def _finder(literals: list[str]) -> Any:
@@ -240,3 +232,92 @@ def _fold(text: str) -> str:
             folded = text.translate(_RE_FOLDS)  # slow (a dict lookup per character): only when needed
         _last[0], _last[1] = text, folded.lower()
     return _last[1]
+
+
+_TREES: dict[tuple[str, int], Any] = {}  # pattern -> its parse tree (None: it does not parse)
+
+
+def can_start_with(pattern: re.Pattern[str], c: str) -> bool:
+    """Can a non-empty match of the pattern begin with the character c? (Never False where it
+    can: an anchored layer skipped on this answer would have matched nothing.)"""
+    key = (pattern.pattern, pattern.flags)
+    tree = _TREES.get(key, False)
+    if tree is False:
+        try:
+            tree = _parser.parse(pattern.pattern, pattern.flags & ~re.UNICODE)
+        except re.error:
+            tree = None
+        _TREES[key] = tree
+    if tree is None:
+        return True
+    return _starts(tree.data, c, bool(tree.state.flags & re.IGNORECASE))[0]
+
+
+def _starts(seq: Any, c: str, fold: bool) -> tuple[bool, bool]:
+    """(a match of the sequence can begin with c, the sequence can match empty)."""
+    for op, av in seq:
+        can, empty = _op_starts(op, av, c, fold)
+        if can:
+            return True, empty
+        if not empty:
+            return False, False
+    return False, True
+
+
+def _op_starts(op: Any, av: Any, c: str, fold: bool) -> tuple[bool, bool]:
+    if op is C.LITERAL:
+        return _same_char(chr(av), c, fold), False
+    if op is C.IN:
+        return _in_set(av, c, fold), False
+    if op is C.SUBPATTERN:
+        inner_fold = (fold or bool(av[1] & re.IGNORECASE)) and not av[2] & re.IGNORECASE
+        return _starts(av[3].data, c, inner_fold)
+    if op is C.ATOMIC_GROUP:
+        return _starts(av.data, c, fold)
+    if op is C.BRANCH:
+        outs = [_starts(b.data, c, fold) for b in av[1]]
+        return any(o[0] for o in outs), any(o[1] for o in outs)
+    if op in _REPEATS:
+        can, empty = _starts(av[2].data, c, fold)
+        return can, empty or av[0] == 0
+    if op in (C.AT, C.ASSERT, C.ASSERT_NOT):  # zero width: what follows starts the match
+        return False, True
+    return True, True  # ANY, NOT_LITERAL, group references…: anything may
+
+
+def _same_char(x: str, c: str, fold: bool) -> bool:
+    if x == c:
+        return True
+    return fold and (x.isalpha() or not x.isascii()) and (c.isalpha() or not c.isascii())
+
+
+_CATEGORY_TESTS = {
+    C.CATEGORY_DIGIT: lambda c: bool(re.match(r"\d", c)),
+    C.CATEGORY_NOT_DIGIT: lambda c: bool(re.match(r"\D", c)),
+    C.CATEGORY_SPACE: lambda c: bool(re.match(r"\s", c)),
+    C.CATEGORY_NOT_SPACE: lambda c: bool(re.match(r"\S", c)),
+    C.CATEGORY_WORD: lambda c: bool(re.match(r"\w", c)),
+    C.CATEGORY_NOT_WORD: lambda c: bool(re.match(r"\W", c)),
+}
+
+
+def _in_set(items: Any, c: str, fold: bool) -> bool:
+    negate = False
+    hit = False
+    for op, av in items:
+        if op is C.NEGATE:
+            negate = True
+        elif op is C.LITERAL:
+            hit = hit or _same_char(chr(av), c, fold)
+        elif op is C.RANGE:
+            lo, hi = av
+            hit = hit or lo <= ord(c) <= hi or (fold and (c.isalpha() or not c.isascii()))
+        elif op is C.CATEGORY:
+            test = _CATEGORY_TESTS.get(av)
+            hit = hit or test is None or test(c)
+        else:
+            return True  # anything else: it may
+    if negate:
+        # a negated set with folding: a letter may fold into the set; say it may match
+        return not hit or (fold and (c.isalpha() or not c.isascii()))
+    return hit

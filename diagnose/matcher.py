@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .candidates import Candidates
+from .candidates import STRUCTURE_NEEDLES, Candidates
 from .engines import Marker, Profiles
 from .facts import typed_facts
 from .hitbook import HitBook, RecordedHit
 from .layout import Layout
+from .lines import decode
 from .model import Hit, Line, PhaseMark, TracebackEvent
 from .rules import Rule, RuleSet
 from .server_state import ServerState
@@ -25,6 +26,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:
     from typing import Any
 
+STRUCTURE = frozenset(STRUCTURE_NEEDLES)
+_CLOCK = re.compile(rb"\d\d:\d\d")  # every timestamp layout holds hours and minutes
+CLOCK_CHUNK = 8 << 10  # bytes searched back at a time for a line with a clock
+CLOCK_TRIES = 16  # lines with a clock's digits tried before taking the block's earlier time
+TRACEBACK_STALE = 64  # lines after a traceback's last frame by which its exception line has come
 _EXC_RE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout|Died)|Exception)"
     r"(?:\([^)]*\))?(?::(?:\s.*)?)?\s*$"
@@ -138,6 +144,7 @@ class Scanner:
         self._indent = b""
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
+        self._clock: tuple[int, str | None] = (0, None)  # block position searched for a time, and that time
         self._want_progress = False  # an unexplained error wants to know if serving went on
         self.pending_context: list[RecordedHit] = []  # hits before any phase, waiting for one
         self.last_unmatched_error: Line | None = None  # the latest ERROR line nothing explained
@@ -154,11 +161,40 @@ class Scanner:
         self.lineno = self._linenos.get(name, 0)
 
     def _now(self, line: Line) -> str | None:
-        """When this line was written: its own time, else that of the lines just before it."""
+        """When this line was written: its own time, else that of the nearest line before it
+        that carries one."""
         if line.timestamp:
             return line.timestamp
-        near = time_before(self.layout, self.source, self._block, self._line_start) if self._block else None
-        return near or self.last_time
+        return (self._clock_before(self._line_start) if self._block else None) or self.last_time
+
+    def _clock_before(self, end: int) -> str | None:
+        """The time of the nearest line before block position `end` that carries one (most
+        lines are never decoded: a traceback's exception line takes the time of the stats
+        line printed before it, not of the last line that happened to be read). Lines ask in
+        order, so each stretch of the block is searched once, backwards from the asking line,
+        only on lines with a clock's digits."""
+        block = self._block
+        searched, t = self._clock
+        if end < searched:
+            return time_before(self.layout, self.source, block, end)
+        tries = 0
+        hi = end
+        while hi > searched and tries < CLOCK_TRIES:
+            lo = max(searched, hi - CLOCK_CHUNK)
+            starts = dict.fromkeys(block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi))
+            for start in reversed(starts):
+                nl = block.find(b"\n", start, end)
+                raw = block[start : end if nl < 0 else nl]
+                ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
+                if ts:
+                    self._clock = (end, ts)
+                    return ts
+                tries += 1
+                if tries >= CLOCK_TRIES:
+                    break
+            hi = lo
+        self._clock = (end, t)
+        return t
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
@@ -168,6 +204,7 @@ class Scanner:
         if self.candidates.stale():
             self.candidates.build()
         base = self.lineno  # lines before this block
+        self._clock = (0, self.last_time)
         pos = self._candidate_lines(block)
         n = len(block)
         if pos < n:
@@ -209,13 +246,18 @@ class Scanner:
     def _process(self, raw: bytes, found: set[str]) -> None:
         if self._indent and raw.startswith(self._indent):
             raw = raw[len(self._indent) :]
-        line = self.layout.line(self.source, self.lineno, raw)
+        if self.tbs.open:
+            self._expire_tracebacks()
+        text, truncated = decode(raw)
+        handlers = self.candidates.handlers(found)
+        if found and self._no_words(found, handlers, text):
+            return
+        line = self.layout.split(Line(source=self.source, number=self.lineno, text=text, truncated=truncated))
         if line.timestamp:
             self.last_time = line.timestamp
         if self.server.collecting is not None:
             self.server.collect(line)
             return
-        handlers = self.candidates.handlers(found)
         msg = line.message
         tb, frame = self._traceback_shape(line)
         closing = tb is not None and not frame and TRACEBACK_START not in msg and bool(_EXC_RE.match(msg))
@@ -237,13 +279,34 @@ class Scanner:
         if not (matched_rule or tb is not None or frame or not msg.strip() or msg.startswith((" ", "\t"))):
             self._unexplained(line, bool(words))
 
+    def _no_words(self, found: set[str], handlers: list[Any], text: str) -> bool:
+        """A line only a class's broad words woke ("checkpoint", "port": no error-shaped
+        needle, no live marker or rule), where none of those classes' patterns can match
+        (their literals are absent) and no traceback or launch dump is open: it can say
+        nothing, and is not even split (a third of a real log's candidate lines)."""
+        if self.tbs.open or self.server.collecting is not None or not found.isdisjoint(STRUCTURE):
+            return False
+        return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
+
+    def _expire_tracebacks(self) -> None:
+        """A traceback whose exception line never came (a format no pattern reads, a log cut
+        and pasted) ends TRACEBACK_STALE lines after its last frame: the errors and words of
+        the rest of the log are not its."""
+        for stream, tb in list(self.tbs.open.items()):
+            last = max(tb.last_frame, tb.start.number)
+            if tb.start.source == self.source and self.lineno - last > TRACEBACK_STALE:
+                self._close_tb(stream, tb)
+
     def _traceback_shape(self, line: Line) -> tuple[TracebackEvent | None, re.Match[str] | None]:
         """The traceback this line opens, continues or belongs to, and its frame (first, so
         hits on this line know their traceback)."""
         tb = self.tbs.open.get(line.stream)
         if tb is not None and TRACEBACK_START in line.message:
             self._close_tb(line.stream, tb)  # a new one starts: the last one ended unexplained
-        return self.tbs.shape(line, self.lineno)
+        tb, frame = self.tbs.shape(line, self.lineno)
+        if tb is not None and tb.start is line:
+            tb.when = self._now(line)
+        return tb, frame
 
     def _handle(
         self, handlers: list[Any], line: Line, tb: TracebackEvent | None, may_have_words: bool
@@ -271,7 +334,8 @@ class Scanner:
             if echoes_code(tb, line):
                 # the source a frame echoes; the exception line after it says the same
                 tb.explained = True  # type: ignore[union-attr]
-                tb.echoed.append((h, line, typed_facts(m.groupdict())))  # type: ignore[union-attr]
+                # recorded when the traceback closes (maybe after its block): its time is taken now
+                tb.echoed.append((h, line, typed_facts(m.groupdict()), self._now(line)))  # type: ignore[union-attr]
                 continue
             self._record(h, line, typed_facts(m.groupdict()), tb)
             if len(h.engines) == 1 and h.engines[0] not in ("any", "generic"):
@@ -302,11 +366,13 @@ class Scanner:
             self.pending_context.append(rec)
         return rec
 
-    def _record(self, rule: Rule, line: Line, facts: dict[str, Any], tb: TracebackEvent | None) -> None:
+    def _record(
+        self, rule: Rule, line: Line, facts: dict[str, Any], tb: TracebackEvent | None, when: str | None = None
+    ) -> None:
         self.book.count(rule.id, line.number)
         if tb is not None:
             tb.explained = True
-        rec = self._recorded(rule.id, rule, line, facts, last_time=self._now(line), tb=tb)
+        rec = self._recorded(rule.id, rule, line, facts, last_time=when or self._now(line), tb=tb)
         if rule.cls == "unknown_error":
             self.words.take(rec, tb.start if tb is not None else line)
         self.tbs.hit(rec, tb)
@@ -315,15 +381,21 @@ class Scanner:
         rid = "generic.unexplained-error"
         self._want_progress = True
         self.book.count(rid)
-        rec = self._recorded(rid, None, line, {}, last_time=self.last_time, tb=tb, synthetic_title=title)
+        if line.number == self.lineno and self._block:
+            when = self._now(line)  # the line being read
+        else:  # a traceback's start, closed later
+            when = tb.when if tb is not None and tb.start is line else None
+        rec = self._recorded(
+            rid, None, line, {}, last_time=when or self.last_time, tb=tb, synthetic_title=title
+        )
         self.words.take(rec, tb.start if tb is not None else line)
 
     def _close_tb(self, stream: str, tb: TracebackEvent) -> None:
         hit_rules = self.tbs.closing(stream, tb)
-        for rule, echo_line, facts in tb.echoed:
+        for rule, echo_line, facts, when in tb.echoed:
             if rule.id not in hit_rules:  # the exception line did not say it: the code did
                 hit_rules.add(rule.id)
-                self._record(rule, echo_line, facts, tb)
+                self._record(rule, echo_line, facts, tb, when)
         if not tb.explained:
             title = (
                 "An exception no rule explains"

@@ -97,6 +97,7 @@ class TracebackEvent:
     # rule hits on the code a frame echoes (`raise X("…")`): kept only if the exception line
     # itself does not hit the same rule (then it is the evidence)
     echoed: list[Any] = field(default_factory=list)
+    when: str | None = None  # the log's clock where it started (its start line may carry none)
 
 
 @dataclass(slots=True)

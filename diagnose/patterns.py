@@ -102,15 +102,29 @@ class ShippedPattern:
     def groups(self) -> int:
         return self._compiled.groups
 
+    def _built_prefilter(self) -> Any:
+        from .literals import Prefilter
+
+        pf = Prefilter(self._compiled.pattern)
+        self._prefilter = pf = pf if pf.useful else False
+        return pf
+
+    def may_match(self, text: str) -> bool:
+        """False only where the text lacks what every match needs (no search is run)."""
+        pf = self._prefilter
+        if pf is None:
+            pf = self._built_prefilter()
+        if not pf:
+            return True
+        hay = pf.haystack(text)
+        return hay is None or bool(pf.possible(hay))
+
     def search(self, text: str) -> Any:
         pf = self._prefilter
         if pf is None:
             self._searches += 1
             if self._searches >= PREFILTER_AFTER:  # a pattern searched a few times: worth it
-                from .literals import Prefilter
-
-                pf = Prefilter(self._compiled.pattern)
-                self._prefilter = pf = pf if pf.useful else False
+                pf = self._built_prefilter()
         long = len(text) > LONG_LINE
         if pf:
             hay = pf.haystack(text)

@@ -56,6 +56,13 @@ class Rule:
             self.compiled = _compile(self.pattern, self.shipped)
         return self.compiled.search(text)
 
+    def may_match(self, text: str) -> bool:
+        """False only where the text lacks the literals every match needs (patterns.py)."""
+        if self.compiled is None:
+            self.compiled = _compile(self.pattern, self.shipped)
+        may = getattr(self.compiled, "may_match", None)  # a user's pattern: no prefilter
+        return True if may is None else bool(may(text))
+
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
     if not cond:

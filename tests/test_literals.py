@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose import patterns
-from diagnose.literals import Prefilter, required, top_alternatives
+from diagnose.literals import Prefilter, can_start_with, required, top_alternatives
 from diagnose.patterns import ShippedPattern
 
 from .conftest import REAL_LOGS
@@ -59,9 +59,12 @@ def test_alternatives_are_split_only_where_it_is_safe():
     assert top_alternatives("(?:a|b)c") is None
 
 
-def test_a_pattern_with_one_unproved_alternative_is_searched_whole():
+def test_an_alternative_with_no_literal_proved_is_tried_on_every_text():
     pf = Prefilter(r"(?i)out of memory|\w+=\d+")
-    assert not pf.useful
+    assert pf.useful and pf.split
+    assert pf.possible("tp=2") == [1]
+    assert pf.possible("cuda out of memory, tp=2") == [0, 1]
+    assert not Prefilter(r"\w+=\d+|\d+:\d+").useful  # nothing proved anywhere: searched whole
 
 
 def test_every_shipped_pattern_gives_the_same_match_on_its_examples(know, prefilter_at_once):
@@ -154,3 +157,67 @@ def test_generated_text_gives_the_same_match(text, pattern):
     sp = ShippedPattern(pattern)
     sp._prefilter = Prefilter(pattern)  # at once, without the fixture (hypothesis reruns the body)
     assert _same(plain, sp, text)
+
+
+def _real_lines() -> list[str]:
+    lines: list[str] = []
+    for p in sorted(REAL_LOGS.glob("*/log.txt")):
+        lines += p.read_text(errors="replace").splitlines()
+    return lines
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
+def test_a_line_layer_skipped_by_its_first_character_matches_nothing_there(know):
+    """can_start_with never says no where the layer matches: on every real line, and on each
+    of its suffixes where a layer came off (the next layer is tried there)."""
+    layers = know.profiles.layout.prefixes
+    checked = 0
+    for text in _real_lines()[::3]:
+        s = text[:300]
+        for _ in range(4):
+            if not s:
+                break
+            matched = None
+            for p in layers:
+                m = p.match(s)
+                if m and m.end():
+                    assert can_start_with(p, s[0]), (p.pattern, s[:80])
+                    checked += 1
+                    matched = matched or m
+            if matched is None:
+                break
+            s = s[matched.end() :]
+    assert checked > 5_000
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
+def test_splitting_with_layers_chosen_by_first_character_gives_the_same_fields(know, monkeypatch):
+    from diagnose import layout as layout_module
+    from diagnose.model import Line
+
+    lines = _real_lines()[::2]
+    fields = ("level", "timestamp", "pid", "process", "rank", "location", "message")
+
+    def split_all() -> list[tuple[object, ...]]:
+        lay = know.profiles.layout.fresh()
+        out = []
+        for i, text in enumerate(lines):
+            line = lay.split(Line(source="s", number=i, text=text))
+            out.append(tuple(getattr(line, k) for k in fields))
+        return out
+
+    monkeypatch.setattr(layout_module, "DISPATCH_AFTER", 0)
+    chosen = split_all()
+    monkeypatch.setattr(layout_module, "DISPATCH_AFTER", 10**9)
+    assert split_all() == chosen
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("[]()|: \t-_.aZ09IEWé│>")), min_size=1, max_size=30))
+def test_first_character_choice_on_generated_text(text):
+    from diagnose.layout import _HEAD, _MID, _TAIL
+
+    for p in (*_HEAD, *_MID, *_TAIL):
+        m = p.match(text)
+        if m and m.end():
+            assert can_start_with(p, text[0]), p.pattern

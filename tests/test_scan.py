@@ -184,3 +184,42 @@ def test_a_restart_loop_costs_no_index_build_per_restart(know, tmp_path):
     result = scanner.finish()
     assert result.earlier_runs == 599
     assert scanner.candidates.builds < 20, scanner.candidates.builds
+
+
+def test_a_traceback_whose_exception_line_never_comes_ends_before_later_errors(tmp_path, know):
+    """A traceback cut short (its exception line lost, or in a format no pattern reads) is closed
+    TRACEBACK_STALE lines after its last frame: an OOM 200 lines later is its own event, not
+    an explanation of that traceback, and takes none of its frames."""
+    lines = [
+        "INFO 01-01 00:00:00 [x.py:1] Starting to load model m...",
+        "Traceback (most recent call last):",
+        '  File "/srv/vllm/model_executor/model_loader/loader.py", line 3, in load_model',
+        "    frob()",
+    ]
+    lines += [f"INFO 01-01 00:00:{i % 60:02d} [x.py:2] step {i}" for i in range(200)]
+    lines.append(
+        "ERROR 01-01 00:05:00 [x.py:3] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 9.06 MiB is free."
+    )
+    d = run(tmp_path, know, "\n".join(lines) + "\n")
+    by_title = {f.title: f for f in d.findings}
+    assert "A traceback cut before its exception line" in by_title
+    oom = next(f for f in d.findings if f.cls == "oom")
+    assert oom.line == len(lines) and "load_model" not in oom.frames
+
+
+def test_lines_only_broad_class_words_woke_are_not_even_split(know):
+    """'checkpoint' wakes the weights vocabulary; a progress line holding none of the literals
+    its patterns need is dropped after decoding, before the prefix layers are tried."""
+    from diagnose.matcher import Scanner
+
+    sc = Scanner(know.rules, know.profiles)
+    sc.set_source("serve.log")
+    line = b"INFO 01-01 00:00:00 [weight_utils.py:1] Loading safetensors checkpoint shards: 50% Completed | 2/4\n"
+    sc.feed(line * 2000)
+    assert sc.lineno == 2000
+    assert sc.layout._splits < 20
+    sc.feed(b"ERROR 01-01 00:00:01 [x.py:1] the checkpoint is corrupt: header too short\n")
+    assert sc.layout._splits < 21  # a line its literals could match is read as before
+    res = sc.finish()
+    assert any(v.term for r in res.hits for v in r.vocab) or sc.words.recent
