@@ -153,7 +153,18 @@ class Prefilter:
     """Which of a pattern's alternatives can match a text, by their literals: one Aho-Corasick
     pass over the text finds every literal of every alternative."""
 
-    __slots__ = ("_always", "_by_literal", "_finder", "alternatives", "ascii", "fold", "literals", "split", "useful")
+    __slots__ = (
+        "_always",
+        "_by_literal",
+        "_finder",
+        "_widths",
+        "alternatives",
+        "ascii",
+        "fold",
+        "literals",
+        "split",
+        "useful",
+    )
 
     def __init__(self, pattern: str):
         alts = top_alternatives(pattern)
@@ -168,12 +179,16 @@ class Prefilter:
         self.alternatives: list[tuple[str, list[frozenset[int]]]] = []
         for text, need in found:
             sets = need[0] if need is not None else []
-            ids = [frozenset(index.setdefault(x.lower() if self.fold else x, len(index)) for x in s) for s in sets]
+            ids = [
+                frozenset(index.setdefault(x.lower() if self.fold else x, len(index)) for x in s)
+                for s in sets
+            ]
             self.alternatives.append((text, ids))
         self.literals = list(index)
         self.ascii = all(x.isascii() for x in self.literals)
         self._finder: Any = None
         self._always = [i for i, (_, sets) in enumerate(self.alternatives) if not sets]
+        self._widths: dict[int, int | None] = {}  # alternative -> its widest match (None: unbounded)
         # literal -> the alternatives whose first (most selective) set holds it
         self._by_literal: list[list[int]] = [[] for _ in self.literals]
         for i, (_, sets) in enumerate(self.alternatives):
@@ -203,6 +218,38 @@ class Prefilter:
         ok = [i for i in woken if all(not s.isdisjoint(present) for s in alts[i][1][1:])]
         return sorted([*ok, *self._always]) if self._always else sorted(ok)
 
+    def width(self, i: int) -> int | None:
+        """The most characters a match of alternative i spans, and None where that is unbounded
+        or a lookaround reads past the match (then no window around a literal holds it)."""
+        if i not in self._widths:
+            self._widths[i] = _width(self.alternatives[i][0])
+        return self._widths[i]
+
+    def windows(self, i: int, hay: str) -> list[tuple[int, int]] | None:
+        """Stretches of the text that hold every match of alternative i: around each occurrence
+        of its first set's literals, as wide as a match can be (and WINDOW_PAD more for a word
+        boundary); None where no such stretch can be told (unbounded width, no literal)."""
+        width = self.width(i)
+        sets = self.alternatives[i][1]
+        if width is None or not sets:
+            return None
+        spans: list[tuple[int, int]] = []
+        n = len(hay)
+        for x in sets[0]:
+            lit = self.literals[x]
+            at = hay.find(lit)
+            while at >= 0:
+                spans.append((max(0, at - width - WINDOW_PAD), min(n, at + len(lit) + width + WINDOW_PAD)))
+                at = hay.find(lit, at + 1)
+        spans.sort()
+        merged: list[tuple[int, int]] = []
+        for lo, hi in spans:
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        return merged
+
 
 def _finder(literals: list[str]) -> Any:
     """text -> the set of indexes of the literals in it (overlapping ones included)."""
@@ -221,6 +268,37 @@ def _finder(literals: list[str]) -> Any:
 # (re/_casefix.py's extra cases for i and s, and U+0130, which lowers to two characters): with
 # them mapped first, a lowered text holds a folded ASCII literal wherever `re` would match it.
 _RE_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s"}
+
+WINDOW_PAD = 8
+WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
+
+
+def _width(pattern: str) -> int | None:
+    try:
+        tree = _parser.parse(pattern, 0)
+    except re.error:
+        return None
+    if _reads_past(tree.data):
+        return None
+    hi = tree.getwidth()[1]
+    return hi if hi <= WINDOW_WIDEST else None
+
+
+def _reads_past(seq: Any) -> bool:
+    """Does a lookaround or a group reference (what it reads is not bounded by the match) occur?"""
+    for op, av in seq:
+        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
+            return True
+        if op is C.SUBPATTERN and _reads_past(av[3].data):
+            return True
+        if op is C.ATOMIC_GROUP and _reads_past(av.data):
+            return True
+        if op is C.BRANCH and any(_reads_past(b.data) for b in av[1]):
+            return True
+        if op in _REPEATS and _reads_past(av[2].data):
+            return True
+    return False
+
 
 _last: list[str] = ["", ""]  # the last text folded and its folding: rules share one line
 

@@ -181,7 +181,9 @@ class Scanner:
         hi = end
         while hi > searched and tries < CLOCK_TRIES:
             lo = max(searched, hi - CLOCK_CHUNK)
-            starts = dict.fromkeys(block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi))
+            starts = dict.fromkeys(
+                block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi)
+            )
             for start in reversed(starts):
                 nl = block.find(b"\n", start, end)
                 raw = block[start : end if nl < 0 else nl]
@@ -286,7 +288,9 @@ class Scanner:
         nothing, and is not even split (a third of a real log's candidate lines)."""
         if self.tbs.open or self.server.collecting is not None or not found.isdisjoint(STRUCTURE):
             return False
-        return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
+        return all(
+            isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers
+        )
 
     def _expire_tracebacks(self) -> None:
         """A traceback whose exception line never came (a format no pattern reads, a log cut
@@ -367,7 +371,12 @@ class Scanner:
         return rec
 
     def _record(
-        self, rule: Rule, line: Line, facts: dict[str, Any], tb: TracebackEvent | None, when: str | None = None
+        self,
+        rule: Rule,
+        line: Line,
+        facts: dict[str, Any],
+        tb: TracebackEvent | None,
+        when: str | None = None,
     ) -> None:
         self.book.count(rule.id, line.number)
         if tb is not None:

@@ -249,6 +249,7 @@ def write_index(path: str) -> None:
     atomic_write(index_path_of(path), ("\n".join(lines) + "\n").encode())
 
 
+MATCHES_KEPT = 256  # lines whose answers are kept (a line asked again is answered at once)
 WORD_INDEX_AFTER = 64  # lines asked about before a file's literals are indexed by word (the index
 # costs about what 64 lines of substring tests do)
 _WORD = re.compile(r"\w+")
@@ -395,6 +396,7 @@ class MinedKnowledge:
         )
         self.files = [n[: -len(".json")] for n in names]
         self._bundles: dict[str, Bundle] = {}
+        self._answers: dict[tuple[str, str | None, bool], list[Match]] = {}
         table_path = os.path.join(directory, "classes.yaml")
         self.table = _load_table(table_path) if os.path.exists(table_path) else None
 
@@ -441,8 +443,19 @@ class MinedKnowledge:
 
     def match(self, text: str, engine: str | None = None, errors_only: bool = False) -> list[Match]:
         """Every template that explains the line, the most telling first: the detected engine's
-        own and the relayed ones (torch) before other engines', then the longest literal."""
+        own and the relayed ones (torch) before other engines', then the longest literal.
+        A line asked again (the same error on every rank, in every restart) is answered from
+        the last MATCHES_KEPT answers."""
         line = text[:MAX_LINE]
+        key = (line, engine, errors_only)
+        known = self._answers.get(key)
+        if known is None:
+            known = self._answers[key] = self._match(line, engine, errors_only)
+            if len(self._answers) > MATCHES_KEPT:
+                del self._answers[next(iter(self._answers))]
+        return list(known)
+
+    def _match(self, line: str, engine: str | None, errors_only: bool) -> list[Match]:
         out: list[Match] = []
         seen: set[str] = set()
         for b in self.bundles_for(engine):

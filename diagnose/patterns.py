@@ -55,18 +55,18 @@ class TimedPattern:
     def groups(self) -> int:
         return self._compiled.groups
 
-    def search(self, text: str) -> Any:
-        return self._timed(self._compiled.search, text)
+    def search(self, text: str, pos: int = 0, endpos: int | None = None) -> Any:
+        return self._timed(self._compiled.search, text, pos, endpos)
 
     def match(self, text: str, pos: int = 0) -> Any:
         """Anchored at pos (a user profile's line prefixes; a shipped pattern's alternative)."""
         return self._timed(self._compiled.match, text, pos)
 
-    def _timed(self, how: Any, text: str, pos: int = 0) -> Any:
+    def _timed(self, how: Any, text: str, pos: int = 0, endpos: int | None = None) -> Any:
         if self._timeouts >= GIVE_UP_AFTER:
             return None
         try:
-            return how(text, pos, timeout=PATTERN_TIMEOUT_S)
+            return how(text, pos, endpos, timeout=PATTERN_TIMEOUT_S)
         except TimeoutError:
             self._timeouts += 1
             TIMED_OUT[self._compiled.pattern] = TIMED_OUT.get(self._compiled.pattern, 0) + 1
@@ -132,8 +132,10 @@ class ShippedPattern:
                 possible = pf.possible(hay)
                 if not possible:
                     return None
+                if long:
+                    return self._search_long(text, hay, possible)
                 if pf.split and len(possible) < len(pf.alternatives):
-                    return self._search_alternatives(text, possible, long)
+                    return self._search_alternatives(text, possible)
         if long:
             return self._timed_whole().search(text)
         return self._compiled.search(text)
@@ -143,22 +145,57 @@ class ShippedPattern:
             self._timed = timed_pattern(self._compiled.pattern)
         return self._timed
 
-    def _search_alternatives(self, text: str, possible: list[int], long: bool) -> Any:
+    def _alternative(self, i: int, timed: bool) -> Any:
+        alt = self._alts.get((i, timed))
+        if alt is None:
+            source = self._prefilter.alternatives[i][0]
+            alt = self._alts[(i, timed)] = timed_pattern(source) if timed else re.compile(source)
+        return alt
+
+    def _search_alternatives(self, text: str, possible: list[int]) -> Any:
         """The whole pattern's match, found where the earliest possible alternative matches."""
         first = -1
         for i in possible:
-            alt = self._alts.get((i, long))
-            if alt is None:
-                source = self._prefilter.alternatives[i][0]
-                alt = self._alts[(i, long)] = timed_pattern(source) if long else re.compile(source)
-            m = alt.search(text)
+            m = self._alternative(i, False).search(text)
             if m is not None and (first < 0 or m.start() < first):
                 first = m.start()
         if first < 0:
             return None
-        whole: Any = self._timed_whole() if long else self._compiled
+        m = self._compiled.match(text, first)
+        return m if m is not None else self._compiled.search(text)
+
+    def _search_long(self, text: str, hay: str, possible: list[int]) -> Any:
+        """An over-long line: each possible alternative searched only in the windows around
+        its literals (a few hundred characters each, on `re`); the whole pattern then matched
+        once, under the timeout, where the earliest starts."""
+        first = -1
+        for i in possible:
+            start = self._first_start_long(i, text, hay)
+            if start is not None and (first < 0 or start < first):
+                first = start
+        if first < 0:
+            return None
+        whole = self._timed_whole()
         m = whole.match(text, first)
         return m if m is not None else whole.search(text)
+
+    def _first_start_long(self, i: int, text: str, hay: str) -> int | None:
+        windows = self._prefilter.windows(i, hay)
+        if windows is None:  # unbounded: the alternative on the whole line, under the timeout
+            m = self._alternative(i, True).search(text)
+            return None if m is None else int(m.start())
+        for lo, hi in windows:
+            pat = self._alternative(i, hi - lo > LONG_LINE)
+            pos = lo
+            while pos <= hi:
+                m = pat.search(text, pos, hi)
+                if m is None:
+                    break
+                # the window's end reads as the text's end (`$`, `\b`): check on the whole text
+                if pat.match(text, m.start()) is not None:
+                    return int(m.start())
+                pos = m.start() + 1
+        return None
 
 
 def timed_pattern(pattern: str) -> TimedPattern:

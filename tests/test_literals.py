@@ -78,7 +78,12 @@ def test_every_shipped_pattern_gives_the_same_match_on_its_examples(know, prefil
 
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
-def test_every_shipped_pattern_gives_the_same_match_on_every_real_line_it_wakes(know, prefilter_at_once):
+@pytest.mark.parametrize("long_from", [patterns.LONG_LINE, 120], ids=["as-shipped", "windows-from-120"])
+def test_every_shipped_pattern_gives_the_same_match_on_every_real_line_it_wakes(
+    know, prefilter_at_once, monkeypatch, long_from
+):
+    """With the long-line limit lowered, most lines take the windowed path: the same matches."""
+    monkeypatch.setattr(patterns, "LONG_LINE", long_from)
     import ahocorasick_rs
 
     lines: list[str] = []
