@@ -36,7 +36,7 @@ REFIND_AFTER = 64
 # time: a log that restarts every few lines would otherwise search each block again per restart.
 REFIND_WINDOW = 16 << 10
 TRACK_AUTOMATON_FROM = 4  # tracked needles from which one automaton pass beats an rfind each
-BUILT_KEPT = 8  # indexes kept for reuse, by the set of retired markers they were built without
+BUILT_KEPT = 16  # indexes kept for reuse, by the set of retired markers they were built without
 
 
 def _window_end(block: bytes, start: int) -> int:
@@ -51,31 +51,64 @@ def _observe_only(handlers: list[Any]) -> bool:
     )
 
 
-class Candidates:
-    def __init__(self, rules: list[Rule], profiles: Profiles):
-        self.markers = profiles.markers
+class NeedleMap:
+    """What the rules and markers of one knowledge need to find their lines: each needle's
+    handlers, their order, the phase markers, and the indexes built for each set of retired
+    handlers. Built once per process and shared by every scan of that knowledge (a call over
+    1,000 small logs built it 1,000 times)."""
+
+    def __init__(self, rules: list[Rule], markers: list[Marker]):
+        self.rules, self.markers = rules, markers
         by_needle: dict[str, list[Any]] = defaultdict(list)
         for r in rules:
             for n in r.needles:
                 by_needle[n].append(r)
-        for m in self.markers:
+        for m in markers:
             for n in m.needles:
                 by_needle[n].append(m)
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self.by_needle = dict(by_needle)
-        self._phase_markers: dict[str, list[Marker]] = defaultdict(list)
-        for m in self.markers:
+        self.phase_markers: dict[str, list[Marker]] = defaultdict(list)
+        for m in markers:
             if m.what == "phases" and m.phase:
-                self._phase_markers[m.phase].append(m)
+                self.phase_markers[m.phase].append(m)
         # Needles only recurring stats lines carry (KV usage, decode batches): only the latest
         # one in a block matters, so they are found with one rfind per block, not the index.
-        self._observe_only = {n for n, hs in self.by_needle.items() if _observe_only(hs)}
-        self.latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
+        self.observe_only = {n for n, hs in self.by_needle.items() if _observe_only(hs)}
         # markers first (a line that is both a phase marker and an error happened in that
         # phase), then rules, each in file order so results do not depend on set order
-        self._order = {id(m): i for i, m in enumerate(self.markers)}
-        self._order.update({id(r): 10_000 + i for i, r in enumerate(rules)})
+        self.order = {id(m): i for i, m in enumerate(markers)}
+        self.order.update({id(r): 10_000 + i for i, r in enumerate(rules)})
+        # (retired handlers, DFA or not) -> (index, its needles, the observed needles still live)
+        self.built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
+
+
+_MAPS: list[NeedleMap] = []  # the maps of the knowledge this process scans with (most recent last)
+MAPS_KEPT = 4
+
+
+def needle_map(rules: list[Rule], markers: list[Marker]) -> NeedleMap:
+    for m in _MAPS:
+        if m.rules is rules and m.markers is markers:
+            return m
+    m = NeedleMap(rules, markers)
+    _MAPS.append(m)
+    if len(_MAPS) > MAPS_KEPT:
+        del _MAPS[0]
+    return m
+
+
+class Candidates:
+    def __init__(self, rules: list[Rule], profiles: Profiles):
+        shared = needle_map(rules, profiles.markers)
+        self.markers = profiles.markers
+        self.by_needle = shared.by_needle
+        self._phase_markers = shared.phase_markers
+        self._observe_only = shared.observe_only
+        self._order = shared.order
+        self._built = shared.built
+        self.latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         # Markers stop being searched once they can tell nothing new (a phase already
         # reached, an engine already decided): a long serving log then has few candidates.
         self.retired: set[int] = set()
@@ -89,8 +122,7 @@ class Candidates:
         self.lacking = False  # revived handlers whose needles the index no longer holds
         self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         self._track_index: tuple[tuple[bytes, ...], Any, list[str]] | None = None
-        self._built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
-        self.builds = 0  # indexes built (not reused): a restart loop must not build one per restart
+        self.builds = 0  # indexes this scan built (not reused): a restart loop must not build one per restart
 
     # --- the index -------------------------------------------------------------------------
 

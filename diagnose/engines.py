@@ -427,10 +427,15 @@ class Profiles:
     by_engine: dict[str, Profile]
     problems: list[str]
     layout: Layout  # every engine's line layouts (sorted by engine), for the scans to copy
+    _markers: list[Marker] | None = None
 
     @property
     def markers(self) -> list[Marker]:
-        return [m for p in self.by_engine.values() for m in p.markers]
+        """Every engine's markers: one list for the life of the profiles (the scans of a call
+        share what they build from it)."""
+        if self._markers is None:
+            self._markers = [m for p in self.by_engine.values() for m in p.markers]
+        return self._markers
 
     def get(self, engine: str) -> Profile:
         return self.by_engine.get(engine) or self.by_engine["generic"]

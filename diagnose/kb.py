@@ -78,6 +78,7 @@ class Incident:
     data: dict[str, Any]
     path: str
     starter: bool = False
+    _fingerprint: dict[str, list[str]] | None = None
 
     @property
     def id(self) -> str:
@@ -89,6 +90,12 @@ class Incident:
 
     @property
     def fingerprint(self) -> dict[str, list[str]]:
+        """What recognising it compares (worked out once: a scan of many logs asks for each)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._fingerprint_of_data()
+        return self._fingerprint
+
+    def _fingerprint_of_data(self) -> dict[str, list[str]]:
         fp = self.data.get("fingerprint") or {}
         sym = self.data.get("symptom") or {}
         phase = sym.get("oom_phase")
@@ -187,6 +194,7 @@ class KnowledgeBase:
 
     incidents: list[Incident] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    _idf_of: dict[str, float] | None = None  # worked out on the first match
 
     @classmethod
     def load(cls, dirs: list[str], starter: bool = True) -> KnowledgeBase:
@@ -230,6 +238,11 @@ class KnowledgeBase:
     # --- recognition -------------------------------------------------------------------------
 
     def _idf(self) -> dict[str, float]:
+        if self._idf_of is None:
+            self._idf_of = self._idf_now()
+        return self._idf_of
+
+    def _idf_now(self) -> dict[str, float]:
         df: dict[str, int] = {}
         for inc in self.incidents:
             for t in set(inc.fingerprint["templates"]):

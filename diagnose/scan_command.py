@@ -104,11 +104,17 @@ def load_kb(dirs: list[str] | None):  # type: ignore[no-untyped-def]
     return base
 
 
-def kb_matches(d, dirs: list[str] | None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    """Past incidents like this diagnosis (a broken store never stops a scan)."""
+def kb_matches(d, dirs: list[str] | None, read: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Past incidents like this diagnosis (a broken store never stops a scan); `read` keeps the
+    stores once read for the other logs of the same call."""
     if d.status not in ("failed", "degraded"):
         return []
-    return load_kb(dirs).match(d)  # type: ignore[no-any-return]
+    base = (read or {}).get("kb")
+    if base is None:
+        base = load_kb(dirs)
+        if read is not None:
+            read["kb"] = base
+    return base.match(d)  # type: ignore[no-any-return]
 
 
 def run_scan(
@@ -148,6 +154,7 @@ def run_scan(
         return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
     done = []
     unreadable = 0
+    read: dict[str, Any] = {}  # the incident stores, read once for all the logs
     for path in paths:
         try:
             d = scan_paths([path], know, engine, gpus=gpus, config=config, show_secrets=show_secrets)
@@ -155,7 +162,7 @@ def run_scan(
             say_error(str(e))
             unreadable += 1
             continue
-        d.kb = kb_matches(d, kb)
+        d.kb = kb_matches(d, kb, read)
         done.append(d)
     emit("json" if json_out else fmt, done, several=True, show_all=show_all, chart=chart)
     warn_timed_out(know)
