@@ -115,7 +115,7 @@ class Layout:
         # first character -> the layers that can begin with it, in order (shared by fresh copies:
         # it depends on the layers alone)
         self._by_first: dict[str, list[re.Pattern[str]]] = {}
-        self._splits = 0
+        self._splits = [0]  # lines split by this layout and its copies (a call over many small logs)
 
     def fresh(self) -> Layout:
         """The same layers with nothing learned: one per scan or stream."""
@@ -123,13 +123,13 @@ class Layout:
         out.prefixes = self.prefixes
         out._learned = {}
         out._by_first = self._by_first
-        out._splits = 0
+        out._splits = self._splits
         return out
 
     def _layers(self, s: str) -> Sequence[re.Pattern[str]]:
         """The layers worth trying at the start of s: after a few hundred lines, only those
         that can begin with its first character (each layer tries ~1 µs; a line tried ~39)."""
-        if self._splits < DISPATCH_AFTER or not s:
+        if self._splits[0] < DISPATCH_AFTER or not s:
             return self.prefixes
         got = self._by_first.get(s[0])
         if got is None:
@@ -157,7 +157,7 @@ class Layout:
 
     def split(self, line: Line) -> Line:
         """Fill level/timestamp/process/rank/location/message from line.text."""
-        self._splits += 1
+        self._splits[0] += 1
         s = line.text
         if s.startswith(("│", "┃")):
             s = s.rstrip()
