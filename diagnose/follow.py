@@ -1,8 +1,10 @@
 """Follow a log file by name, like `tail -F`, on watchdog events.
 
-Waits for a file that does not exist yet; survives rotation (rename + create) and
-truncation (copytruncate); holds a partial last line until its newline arrives; never
-drops or repeats a line. Sleeps on an event between writes, so an idle follow costs
+Waits for a file that does not exist yet; survives rotation (rename + create, delete +
+create: the old file is read on while its writer still writes it, until the new one has
+data) and truncation (copytruncate: the part of the old content not read yet is read from
+the rotated copy); holds a partial last line until its newline arrives; never drops or
+repeats a line the file system still holds. The model is Fluent Bit's tail input. Sleeps on an event between writes, so an idle follow costs
 nothing: inotify where it works, watchdog's polling observer where it does not (NFS,
 Docker bind mounts) or when asked with `poll=True`.
 """
@@ -141,9 +143,9 @@ class Follower:
             self._head = head  # the file was still shorter than HEAD_BYTES: keep what it has now
         return False
 
-    def _drain(self) -> None:
-        """Read everything the open file has now; hand over complete lines."""
-        f = self._f
+    def _drain(self, f: BinaryIO | None = None) -> None:
+        """Read everything the open file (or `f`) has now; hand over complete lines."""
+        f = f or self._f
         if f is None:
             return
         while True:
@@ -172,23 +174,75 @@ class Follower:
         if not self._rewritten(size):
             self._drain()
         else:
-            # copytruncate: the same file started over (what the old content still had after our
-            # offset was copied away with it: the new content is read from its start)
-            self.truncations += 1
-            self._partial = b""
-            self._f.seek(0)
-            self._head = self._read_head()
-            self._drain()
+            self._truncated()
         now = _file_id(self.path)
         if now is not None and now != self._id:
-            # renamed away and a new file created: finish the old one, then start the new one
+            self._rotated()
+
+    def _truncated(self) -> None:
+        """copytruncate: the file started over. What the old content had past our offset was
+        copied away first: read it from the copy (a sibling whose first bytes are the ones we
+        read), then the new content from its start. (Lines written between the copy and the
+        truncation are lost by the rotation itself: they are in neither file.)"""
+        assert self._f is not None
+        self.truncations += 1
+        offset = self._f.tell()
+        copy = self._copy_of_old(offset)
+        if copy is not None:
+            with open(copy, "rb") as old:
+                old.seek(offset)
+                self._drain(old)
+        self.flush_partial()
+        self._f.seek(0)
+        self._head = self._read_head()
+        self._drain()
+
+    def _copy_of_old(self, offset: int) -> str | None:
+        """The rotated copy of the content we were reading: `name.1`, `name-20261203`… in the
+        same directory, at least `offset` long, starting with the bytes we read first."""
+        directory, base = os.path.split(self.path)
+        if not self._head:
+            return None
+        try:
+            names = [n for n in os.listdir(directory or ".") if n != base and n.startswith(base)]
+        except OSError:
+            return None
+        best: tuple[float, str] | None = None
+        for n in names:
+            p = os.path.join(directory, n)
+            try:
+                st = os.stat(p)
+                if st.st_size < offset or n.endswith((".gz", ".xz", ".bz2", ".zst")):
+                    continue
+                with open(p, "rb") as fh:
+                    head = fh.read(len(self._head))
+            except OSError:
+                continue
+            if head == self._head and (best is None or st.st_mtime > best[0]):
+                best = (st.st_mtime, p)
+        return best[1] if best else None
+
+    def _rotated(self) -> None:
+        """Renamed or deleted, and a file of the name is there again. The writer may go on
+        writing the old one until it reopens (logrotate `create` with a postrotate HUP): keep
+        reading the old file while the new one is still empty; once the new one has data the
+        writer has moved (its last write to the old one is done), so finish the old one and
+        switch."""
+        assert self._f is not None
+        self._drain()
+        try:
+            new_size = os.stat(self.path).st_size
+        except OSError:
+            return  # gone again: keep the old one
+        if new_size == 0:
+            return
+        self._drain()
+        self.flush_partial()
+        self._f.close()
+        self._f = None
+        self.rotations += 1
+        if self._open():
             self._drain()
-            self.flush_partial()
-            self._f.close()
-            self._f = None
-            self.rotations += 1
-            if self._open():
-                self._drain()
 
     def flush_partial(self) -> None:
         """Hand over a last line that never got its newline (the writer is gone)."""
