@@ -501,7 +501,7 @@ def test_twenty_trials_of_rotation_while_a_writer_process_writes_lose_nothing(tm
         f.start()
         done = threading.Event()
 
-        def follow(fol: Follower = f) -> None:
+        def follow(fol: Follower = f, done: threading.Event = done) -> None:
             while not done.is_set():
                 fol.check()
                 fol.wait(0.05)
