@@ -123,6 +123,7 @@ class _ChildRun:
                 raise InputError(f"{log_path}: cannot write the log: {e.strerror or e}") from None
         self.session, self.console, self.json_out = session, console, json_out
         self.interrupts = 0
+        self.stop_to_mark = ""  # a signal forwarded that the session has not been told of yet
         self.started = time.monotonic()
         self.fd = self.proc.stdout.fileno()
         self.sel = selectors.DefaultSelector()
@@ -139,11 +140,17 @@ class _ChildRun:
     def forward(self, sig: int, _frame: Any) -> None:
         """Ctrl-C/SIGTERM to the whole group; a second one kills it."""
         self.interrupts += 1
+        if self.interrupts == 1:
+            self.stop_to_mark = signal.Signals(sig).name  # marked by the loop, not in the handler
         _signal_group(self.proc, signal.SIGKILL if self.interrupts > 1 else sig)
 
     def read(self) -> bool:
         """Wait up to half a second for output and take it; whether the run's output ended."""
-        ready = self.sel.select(timeout=0.5)
+        ready = self.sel.select(timeout=0.5)  # a forwarded signal interrupts it (its handler runs)
+        if self.stop_to_mark:
+            # before any output the server printed after the signal
+            self.session.stop_requested(f"{self.stop_to_mark} forwarded to the server by diagnose run")
+            self.stop_to_mark = ""
         if not ready and self.proc.poll() is not None:
             # the child itself has exited and its output is drained: workers it left behind
             # may hold the pipe open for ever, so its exit, not the pipe's end, ends the run

@@ -108,6 +108,10 @@ class LiveSession:
 
                 self.last_line = redact(text[:200])
 
+    def stop_requested(self, why: str) -> None:
+        """From here on the server is being stopped on purpose (see Scanner.stop_requested)."""
+        self.scanner.stop_requested(why)
+
     # --- decisions -----------------------------------------------------------------------
 
     @property

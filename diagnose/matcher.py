@@ -27,6 +27,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 STRUCTURE = frozenset(STRUCTURE_NEEDLES)
+_STOP_REQUESTED = Rule(
+    id="run.stop-requested",
+    engines=["any"],
+    cls="stop",
+    severity="info",
+    needles=[],
+    pattern="",
+    title="The server was stopped on purpose: diagnose run forwarded the signal to it",
+    examples_match=[],
+    examples_no_match=[],
+    path="(diagnose run)",
+)
 _CLOCK = re.compile(rb"\d\d:\d\d")  # every timestamp layout holds hours and minutes
 CLOCK_CHUNK = 8 << 10  # bytes searched back at a time for a line with a clock
 CLOCK_TRIES = 16  # lines with a clock's digits tried before taking the block's earlier time
@@ -291,6 +303,14 @@ class Scanner:
         return all(
             isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers
         )
+
+    def stop_requested(self, why: str) -> None:
+        """The server is being stopped on purpose from here on (`run` forwarded a Ctrl-C): what
+        it prints while it tears down is part of the stop (triage quiets it), whichever of its
+        processes speaks first."""
+        line = Line(source=self.source, number=self.lineno + 1, text=why)
+        line.message = why
+        self._record(_STOP_REQUESTED, line, {}, None, self.last_time)
 
     def _expire_tracebacks(self) -> None:
         """A traceback whose exception line never came (a format no pattern reads, a log cut

@@ -535,3 +535,57 @@ def test_twenty_trials_of_rotation_while_a_writer_process_writes_lose_nothing(tm
         assert numbers == sorted(set(numbers)), f"trial {trial}: a line repeated or out of order"
         missing = set(range(n)) - set(numbers) - lost_by_rotation
         assert not missing, f"trial {trial}: {len(missing)} lines lost, first {min(missing)}"
+
+
+TWO_PROCESS_SERVER = r"""
+import os, signal, subprocess, sys, time
+if sys.argv[1] == "core":  # the engine core: on Ctrl-C its worker dies first, loudly
+    def die(*a):
+        print("(EngineCore pid=237) ERROR 06-06 19:51:19 [multiproc_executor.py:283] Worker proc "
+              "VllmWorker-0 died unexpectedly, shutting down executor.", flush=True)
+        print("Traceback (most recent call last):", flush=True)
+        print('  File "/x/vllm/v1/engine/core.py", line 3, in run_engine_core', flush=True)
+        print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+        os._exit(1)
+    signal.signal(signal.SIGINT, die)
+    print("core up", flush=True)
+    while True:
+        time.sleep(0.05)
+sys.stdout.write(open(sys.argv[2]).read()); sys.stdout.flush()
+core = subprocess.Popen([sys.executable, __file__ if False else sys.argv[3], "core"])
+def stop(*a):  # the API server notices later, and says nothing of a signal
+    time.sleep(0.5)
+    print("(APIServer pid=2) INFO 06-06 19:51:20 [launcher.py:80] Shutting down FastAPI HTTP server.", flush=True)
+    core.wait()
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_run_ctrl_c_of_a_two_process_server_is_a_stop_whichever_speaks_first(cli, tmp_path):
+    """vLLM's API server and engine core both get the Ctrl-C; here the engine core dies first,
+    with a worker-died error and a traceback, before the API server says anything. diagnose
+    forwarded the Ctrl-C itself, so what follows it is the stop, not a failure."""
+    script = tmp_path / "server.py"
+    script.write_text(TWO_PROCESS_SERVER)
+    log = LOGS / "vllm" / "healthy-v1-serving.log"
+    proc = subprocess.Popen(
+        [*cli, "run", "--json", "--", sys.executable, str(script), "api", str(log), str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        time.sleep(3)  # ready by then
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    doc = json.loads(out)
+    assert b"died unexpectedly" in err  # the engine core did speak first (teed to stderr)
+    assert proc.returncode == 0, (doc["status"], doc.get("primary"))
+    assert doc["status"] != "failed"
+    assert any(f["class"] == "stop" for f in doc["findings"])
