@@ -571,14 +571,30 @@ def test_run_ctrl_c_of_a_two_process_server_is_a_stop_whichever_speaks_first(cli
     script = tmp_path / "server.py"
     script.write_text(TWO_PROCESS_SERVER)
     log = LOGS / "vllm" / "healthy-v1-serving.log"
+    teed = tmp_path / "server.log"
     proc = subprocess.Popen(
-        [*cli, "run", "--json", "--", sys.executable, str(script), "api", str(log), str(script)],
+        [
+            *cli,
+            "run",
+            "--json",
+            "--log",
+            str(teed),
+            "--",
+            sys.executable,
+            str(script),
+            "api",
+            str(log),
+            str(script),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
     )
     try:
-        time.sleep(3)  # ready by then
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (teed.exists() and b"core up" in teed.read_bytes()):
+            time.sleep(0.1)  # the whole healthy log is out and the engine core is up
+        time.sleep(1)  # read and judged ready
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
