@@ -41,6 +41,16 @@ _SOURCES: list[tuple[str, str]] = [
     ("slack webhook", r"(https://hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]{8,}"),
     ("sendgrid key", r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"),
     ("google oauth secret", r"\bGOCSPX-[A-Za-z0-9_-]{20,}"),
+    ("npm token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    # a known prefix whose token a wrapped line (or a paste) cut short: still random-looking
+    # (both cases), so `hf_transfer` and `sk-learn` stay
+    (
+        "token cut short",
+        r"\b(?:hf_|gh[pousr]_|glpat-|npm_|sk-(?:proj-|ant-)?)(?=[A-Za-z0-9]*[A-Z])(?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]{8,}",
+    ),
+    ("stripe key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("pypi token", r"\bpypi-[A-Za-z0-9_-]{40,}"),
+    ("databricks token", r"\bdapi[0-9a-f]{32}\b"),
     ("docker auth", r"(\\?\"auths?\\?\"\s*:\s*\\?\")[A-Za-z0-9+/=]{8,}"),
     (
         "secret setting",
@@ -73,6 +83,11 @@ _WORDS: dict[str, tuple[str, ...]] = {
     "slack webhook": ("hooks.slack.com",),
     "sendgrid key": ("sg.",),
     "google oauth secret": ("gocspx-",),
+    "npm token": ("npm_",),
+    "token cut short": ("hf_", "gh", "glpat-", "npm_", "sk-"),
+    "stripe key": ("_live_", "_test_"),
+    "pypi token": ("pypi-",),
+    "databricks token": ("dapi",),
     "docker auth": ('"auth',),
     "secret setting": ("key", "secret", "token", "passw", "credential"),
     "secret flag": ("--",),
@@ -81,8 +96,17 @@ _COMPILED: dict[str, re.Pattern[str]] = {}
 # A cheap first test: text without any of these cannot hold a secret of the kinds above.
 _HINT = re.compile(
     r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|AIza|eyJ|key|"
-    r"bearer|basic|://[^\s@]*@|secret|token|passw|pwd|credential|PRIVATE KEY|hooks\.slack|SG\.|GOCSPX|\"auth"
+    r"bearer|basic|://[^\s@]*@|secret|token|passw|pwd|credential|PRIVATE KEY|hooks\.slack|SG\.|GOCSPX|\"auth|"
+    r"npm_|_live_|_test_|pypi-|dapi|auth"
 )
+# A value no format above knows: a long, random-looking run of token characters within a few
+# characters after a word that says secret (the general rule behind detect-secrets'
+# high-entropy plugins, held to the words so hashes and request ids elsewhere stay readable)
+_NEAR_WORD = re.compile(
+    r"(?i)(?:key|token|secret|passw\w*|pwd|credential\w*|auth\w*)\b[^\n]{0,40}?(?<![A-Za-z0-9+/_=.-])"
+    r"([A-Za-z0-9+/_=.-]{20,})"
+)
+ENTROPY_BITS = 3.5  # bits a character: random base64/hex-mixed tokens are above, words below
 # launch/config keys whose values are secrets whatever they look like
 SECRET_KEYS = re.compile(
     r"(?i)(?:^|[_-])(?:token|secret|secret[_-]?key|password|passwd|api[_-]?key|apikey|credentials?|private[_-]?key)$"
@@ -117,7 +141,43 @@ def redact(text: str, found: dict[str, int] | None = None) -> str:
             return MASK
 
         text = pat.sub(sub, text)
-    return text
+    return _mask_random_near_words(text, found)
+
+
+def _entropy(s: str) -> float:
+    import math
+
+    counts: dict[str, int] = {}
+    for ch in s:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _random_looking(s: str) -> bool:
+    """Letters and digits mixed, ENTROPY_BITS a character, no `=` but base64's padding: not a
+    word, an identifier, a `key=value` pair, a path or a model name."""
+    if MASK in s or s.count("/") > 2 or "=" in s.rstrip("="):
+        return False
+    has_digit = any(c.isdigit() for c in s)
+    has_letter = any(c.isalpha() for c in s)
+    return has_digit and has_letter and _entropy(s) >= ENTROPY_BITS
+
+
+def _mask_random_near_words(text: str, found: dict[str, int] | None) -> str:
+    low = text.lower()
+    if not any(w in low for w in ("key", "token", "secret", "passw", "pwd", "credential", "auth")):
+        return text
+
+    def sub(m: re.Match[str]) -> str:
+        value = m.group(1)
+        if not _random_looking(value):
+            return m.group(0)
+        if found is not None:
+            found["random value near a secret word"] = found.get("random value near a secret word", 0) + 1
+        return m.group(0)[: m.start(1) - m.start(0)] + MASK
+
+    return _NEAR_WORD.sub(sub, text)
 
 
 def redact_tree(value: Any, found: dict[str, int] | None = None, key: str = "") -> Any:

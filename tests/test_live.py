@@ -510,7 +510,10 @@ def test_twenty_trials_of_rotation_while_a_writer_process_writes_lose_nothing(tm
         t.start()
         w = subprocess.Popen([sys.executable, "-c", NUMBERED_WRITER, str(path), str(n)])
         try:
-            time.sleep(0.08)
+            deadline = time.monotonic() + 10
+            while path.stat().st_size == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the writer is up (its SIGHUP handler set before its first line)
+            time.sleep(0.05)
             _rotate(mode, path, w)
             assert w.wait(timeout=30) == 0
             deadline = time.monotonic() + 10

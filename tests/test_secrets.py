@@ -47,6 +47,22 @@ CORPUS = [
     ("google oauth", "client GOCSPX-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKlMnOpQrStUvWx"),
     ("escaped json key", '{\\"api_key\\": \\"Zq9Xw8Vu7Ts6Rq5Po4\\"}', "Zq9Xw8Vu7Ts6Rq5Po4"),
     ("docker auth", '{"auths":{"ghcr.io":{"auth":"dXNlcjpTM2NyM3RQYXNz"}}}', "dXNlcjpTM2NyM3RQYXNz"),
+    (
+        "npm",
+        "//registry.npmjs.org/:_authToken=npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "AbCdEfGhIjKlMnOpQrSt",
+    ),
+    ("stripe", "charge failed with sk_live_AbCdEfGhIjKlMnOpQrSt12", "AbCdEfGhIjKlMnOpQrSt12"),
+    ("pypi", "twine upload -p pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoLWlqa2wtbW5vcC1xcnN0", "AgEIcHlwaS5vcmcCJGFi"),
+    ("databricks", "host=x token dapi0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789"),
+    # no known format: a random-looking value right after a word that says secret
+    (
+        "random after a secret word",
+        "the gateway credential Zx8Qm2Lp9Vn4Rt7Kw1Hy3Bj6 was refused",
+        "Zx8Qm2Lp9Vn4Rt7Kw1Hy3Bj6",
+    ),
+    # a log wrapped at a fixed width: the token's first part ends the line
+    ("token cut by a wrapped line", "cloned with hf_AbCdEfGhIjKlMn", "AbCdEfGhIjKlMn"),
 ]
 
 
@@ -114,6 +130,48 @@ def test_no_secret_in_the_incident_store_or_its_export(cli, tmp_path):
     listed = run([*cli, "kb", "list"], env=env).stdout.decode()
     for part in parts:
         assert part not in stored and part not in exported and part not in listed, part
+
+
+# the shapes a secret's line takes in real logs: key=value, key: value, JSON, a flag, a Python
+# dict's repr, a sentence
+CONTEXTS = [
+    "api_key={}",
+    "api_key: {}",
+    '{{"api_key": "{}"}}',
+    "--api-key {}",
+    "{{'api_key': '{}'}}",
+    "upstream refused {} for the gateway",
+]
+
+
+def test_every_kind_in_every_line_shape_through_every_renderer_and_the_live_view(tmp_path, know, capsys):
+    """The matrix (#26): each kind of the corpus, in each line shape, as the error line of a
+    failing log, through text, JSON and Markdown output and the live view's last line."""
+    from diagnose.live import LiveSession
+    from diagnose.outputs import emit
+    from diagnose.pipeline import scan_paths
+
+    assert len(CORPUS) >= 25
+    leaks = []
+    for kind, secret, part in CORPUS:
+        for shape in CONTEXTS:
+            line = shape.format(secret)
+            log = tmp_path / "m.log"
+            log.write_text(
+                "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
+                f"ERROR 05-26 18:54:00 [core.py:1] OSError: gated repo, 401 Client Error: Unauthorized: {line}\n"
+            )
+            d = scan_paths([str(log)], know)
+            for fmt in ("text", "json", "markdown"):
+                emit(fmt, [d], show_all=True)
+                out = capsys.readouterr()
+                if part in out.out + out.err:
+                    leaks.append((kind, shape, fmt))
+            session = LiveSession(know, "m.log")
+            session.feed(f"INFO 05-26 18:53:37 [api_server.py:1] {line}\n".encode())
+            if part in session.last_line:
+                leaks.append((kind, shape, "live view"))
+    assert not leaks, f"{len(leaks)} leaks of {len(CORPUS) * len(CONTEXTS) * 4}: {leaks[:10]}"
 
 
 def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, know):
