@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded, say_error
+from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded, say_error, yaml_problem
 from .outputs import OUTPUTS
 from .scan_command import load_kb, load_knowledge, run_scan
 
@@ -735,7 +735,7 @@ def _edit_in_editor(data: dict) -> dict:  # type: ignore[type-arg]
         with open(name, encoding="utf-8") as f:
             edited = yaml.safe_load(f)
     except yaml.YAMLError as e:
-        raise InputError(f"the edited incident is not valid YAML: {e}") from None
+        raise InputError(f"the edited incident is not valid YAML: {yaml_problem(e)}") from None
     finally:
         os.unlink(name)
     if not isinstance(edited, dict):
@@ -842,7 +842,7 @@ def kb_import(
     except UnicodeDecodeError:
         raise InputError(f"{bundle}: not a text bundle (from `diagnose kb export`)") from None
     except yaml.YAMLError as e:
-        raise InputError(f"{bundle}: not valid YAML: {e}") from None
+        raise InputError(f"{bundle}: not valid YAML: {yaml_problem(e)}") from None
     store = store_dirs(kb)[0]
     for n, doc in enumerate(docs, 1):
         if not isinstance(doc, dict):

@@ -158,9 +158,9 @@ def load_yaml(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return yaml.load(f, Loader=loader)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise RuleError(path, None, None, f"not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        from .errors import yaml_problem
+
+        raise RuleError(path, None, None, f"not valid YAML: {yaml_problem(e)}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(path, None, None, f"cannot read: {e}") from None
 

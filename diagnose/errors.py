@@ -67,3 +67,12 @@ def run_guarded(command: Callable[[], int]) -> NoReturn:
         say_error(f"internal error: {type(e).__name__}: {e} (set DIAGNOSE_DEBUG=1 for the traceback)")
         rc = EXIT_USAGE
     sys.exit(rc)
+
+
+def yaml_problem(e: Exception) -> str:
+    """A YAML error in one line: what is wrong and on which line (PyYAML's own message spans
+    several, with the file name and a caret)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0] if str(e) else type(e).__name__
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{' '.join(str(problem).split())}{where}"

@@ -149,8 +149,12 @@ def _read_incident(p: str, cache: DataCache) -> dict[str, Any]:
     try:
         with open(p, encoding="utf-8") as f:
             data = validate(yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), p)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise InputError(f"{p}: cannot read: {getattr(e, 'problem', None) or e}") from None
+    except yaml.YAMLError as e:
+        from .errors import yaml_problem
+
+        raise InputError(f"{p}: not valid YAML: {yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read: {e}") from None
     cache.put(p, data)
     return data
 

@@ -62,7 +62,9 @@ def parse_launch(cmd: list[str], profiles: Profiles | None = None) -> tuple[str,
         try:
             data = yaml.safe_load(Path(cmd[0]).read_text()) or {}
         except yaml.YAMLError as e:
-            raise InputError(f"{cmd[0]}: not valid YAML: {e}") from None
+            from .errors import yaml_problem
+
+            raise InputError(f"{cmd[0]}: not valid YAML: {yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise InputError(f"{cmd[0]}: the generic engine's config must be a mapping")
         launch = canonical_launch({str(k): v for k, v in data.items()}, generic.names)

@@ -1,6 +1,7 @@
-"""Arbitrary input never makes a traceback: the line reader, the launch-dump reader, the
-nvidia-smi reader and the config reader take at least 1,000 generated inputs each and either
-read them or refuse them with an InputError (a one-line message), nothing else."""
+"""Arbitrary input never makes a traceback: every reader (the line reader and scan, launch
+dumps, nvidia-smi, config.json, GGUF headers, --gpus, --budget, engines' stats lines, JSON log
+records, /metrics, incident files) takes at least 1,000 generated inputs and either reads them
+or refuses them with a one-line message, nothing else."""
 
 from __future__ import annotations
 
@@ -211,3 +212,188 @@ def test_gguf_reader_reads_or_refuses(version, n_kv, body):
             config_from_gguf(f.name)
     finally:
         os.unlink(f.name)
+
+
+# --- the small readers: options, stats lines, JSON log records, /metrics, incident files ---------
+
+
+@MANY
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.tuples(
+            st.sampled_from(["", " ", "-", "+", "0", "1", "2", "8", "4097", "1e400", "nan"]),
+            st.sampled_from(["x", "X", "×", "*", ""]),
+            st.sampled_from(["80", "0", "-80", "80.5", "1e400", "inf", "nan", "80GiB", "80 GB", "", "4097"]),
+        ).map("".join),
+    )
+)
+def test_gpus_spec_reads_or_refuses(spec):
+    from diagnose.budget import parse_gpus_spec
+
+    try:
+        got = parse_gpus_spec(spec)
+    except InputError as e:
+        assert "\n" not in str(e) and "--gpus" in str(e)
+        return
+    if got is not None:
+        n, gib = got
+        assert 1 <= n <= 4096 and 0 < gib <= 4096
+
+
+@MANY
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=20),
+            st.tuples(
+                st.sampled_from(["load_weights", "kv_cache", "ready", "bogus", "load-weights", ""]),
+                st.sampled_from(["=", ""]),
+                st.sampled_from(["60", "0", "-1", "nan", "inf", "1e400", "x", "1.5", ""]),
+            ).map("".join),
+        ),
+        max_size=4,
+    )
+)
+def test_budgets_read_or_refuse(items):
+    import math
+
+    from diagnose.live import parse_budgets
+
+    try:
+        got = parse_budgets(items)
+    except ValueError as e:
+        assert "\n" not in str(e)
+        return
+    assert all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in got.values())
+
+
+STATS_PIECES = [
+    "Avg prompt throughput: ",
+    "Avg generation throughput: ",
+    "GPU KV cache usage: ",
+    "Running: ",
+    "Waiting: ",
+    " reqs, ",
+    " tokens/s, ",
+    "%, ",
+    "#running-req: ",
+    "#token: ",
+    "token usage: ",
+    "gen throughput (token/s): ",
+    "Decode batch. ",
+    "1",
+    "12.5",
+    "1,234.5",
+    "nan",
+    "1e400",
+    "-3",
+    "…",
+]
+
+
+@MANY
+@given(st.lists(st.sampled_from(STATS_PIECES), max_size=20).map("".join))
+def test_stats_line_readers_read_numbers_or_nothing(text):
+    for marker in _know().profiles.series:
+        got = marker.read(text)
+        assert all(isinstance(v, float) for v in got.values()), (marker.engine, text)
+
+
+_KNOW: list[object] = []
+
+
+def _know():  # type: ignore[no-untyped-def]
+    if not _KNOW:
+        from diagnose.knowledge import Knowledge
+
+        _KNOW.append(Knowledge.load())
+    return _KNOW[0]
+
+
+JSON_LINE = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(
+            st.sampled_from(["log", "message", "msg", "MESSAGE", "time", "level", "fields", "spans", "x"]),
+            children,
+            max_size=5,
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+@MANY
+@given(st.one_of(JSON_LINE.map(json.dumps), st.text(max_size=200).map(lambda t: "{" + t + "}")))
+def test_json_log_records_unwrap_to_a_line_or_nothing(text):
+    from diagnose.lines import unwrap_json
+
+    got = unwrap_json(text)
+    assert got is None or (isinstance(got, str) and "\n" not in got)
+
+
+METRIC_PIECES = [
+    "# HELP vllm:gpu_cache_usage_perc x\n",
+    "# TYPE vllm:gpu_cache_usage_perc gauge\n",
+    'vllm:gpu_cache_usage_perc{model_name="m"} ',
+    "vllm:num_requests_running ",
+    "vllm:num_requests_waiting ",
+    "sglang:token_usage ",
+    "0.5",
+    "NaN",
+    "+Inf",
+    "1e400",
+    "x",
+    " 1700000000000",
+    "\n",
+    "{",
+    '"',
+]
+
+
+@MANY
+@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(METRIC_PIECES), max_size=30).map("".join)))
+def test_metrics_reader_reads_numbers_or_nothing(text):
+    from diagnose.sweep import read_metrics
+
+    got = read_metrics(text, _know().profiles.metrics)
+    assert all(isinstance(v, float) for v in got.values())
+
+
+INCIDENT_PIECES = [
+    "id: x\n",
+    "id: 3\n",
+    "title: t\n",
+    "date: 2026-01-01\n",
+    "root_cause: r\n",
+    "fix: [a]\n",
+    "fix: 3\n",
+    "symptom:\n  classes: [oom]\n",
+    "symptom: 7\n",
+    "fingerprint: {classes: [oom], templates: [x]}\n",
+    "fingerprint: [1]\n",
+    ": :\n",
+    "- - -\n",
+    "\t",
+    "&a [*a]\n",
+]
+
+
+@MANY
+@given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(INCIDENT_PIECES), max_size=10).map("".join)))
+def test_incident_file_reads_or_is_named_as_broken(text):
+    from diagnose.datacache import DataCache
+    from diagnose.kb import _read_incident
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "i.yaml")
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            data = _read_incident(p, DataCache(os.path.join(d, "cache")))
+        except InputError as e:
+            assert p in str(e) and "\n" not in str(e).strip()
+            return
+        assert isinstance(data, dict) and "id" in data
