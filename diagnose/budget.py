@@ -166,6 +166,29 @@ def load_config(path: str) -> dict[str, Any]:
     return data
 
 
+def _check_quantization(q: Any, path: str) -> None:
+    """The quantisation block's numbers are numbers (`bits: "four"` is a broken file, not a
+    4-bit model): GPTQ/AWQ `bits`, `group_size` (-1 for one group), compressed-tensors
+    `num_bits` in its groups."""
+    if q is None:
+        return
+    if not isinstance(q, dict):
+        raise ConfigError(f"{path}: field 'quantization_config' is {q!r}: it must be a JSON object")
+    for k, low, high in (
+        ("bits", 1, 16),
+        ("w_bit", 1, 16),
+        ("group_size", -1, 1 << 20),
+        ("q_group_size", -1, 1 << 20),
+    ):
+        v = q.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high or v == 0:
+            raise ConfigError(
+                f"{path}: field 'quantization_config.{k}' is {v!r}: it must be a whole number from {low} to {high}"
+            )
+
+
 def _merge_hf_quant(cfg: dict[str, Any], beside: Path) -> None:
     """NVIDIA ModelOpt checkpoints keep their quantisation in hf_quant_config.json beside
     config.json ({"quantization": {"quant_algo": "NVFP4", "exclude_modules": [...]}}): read it
@@ -335,6 +358,7 @@ def shape_from_config(
             raise ConfigError(f"{path}: field '{k}' is {v!r}: it must be a positive whole number")
         if v > COUNT_LIMITS.get(k, 1 << 40):
             raise ConfigError(f"{path}: field '{k}' is {v}: no model has that many")
+    _check_quantization(cfg.get("quantization_config") or text.get("quantization_config"), path)
     try:
         s = _shape(cfg, text, quantization, dtype)
     except (TypeError, ValueError, ZeroDivisionError, AttributeError, OverflowError, KeyError) as e:

@@ -301,8 +301,11 @@ def test_a_config_no_model_could_have_is_named(cli, tmp_path):
     zero.write_text(json.dumps({**good, "num_key_value_heads": 0}))
     deep = tmp_path / "deep.json"
     deep.write_text('{"a":' * 50000 + "1" + "}" * 50000)
+    four = tmp_path / "bits.json"
+    four.write_text(json.dumps({**good, "quantization_config": {"quant_method": "gptq", "bits": "four"}}))
     for cfg, said in (
         (zero, "field 'num_key_value_heads'"),
+        (four, "field 'quantization_config.bits'"),
         ("/dev/zero", "not a regular file"),
         (deep, "nested"),
     ):
