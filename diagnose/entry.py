@@ -17,11 +17,23 @@ if TYPE_CHECKING:
 
 
 def main() -> NoReturn:
+    from .redact import RedactingWriter
+
+    out, err = sys.stdout, sys.stderr
+    # every line the process prints is redacted on its way out (redact.RedactingWriter)
+    sys.stdout, sys.stderr = RedactingWriter(out), RedactingWriter(err)  # type: ignore[assignment]
     try:
         _route()
     except KeyboardInterrupt:  # Ctrl-C while the modules still load: no traceback either
         print("diagnose: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        for wrapped in (sys.stdout, sys.stderr):
+            try:  # noqa: SIM105 - contextlib is not imported on the scan path (start-up time)
+                wrapped.flush()
+            except (OSError, ValueError):
+                pass  # a closed pipe: nothing more to say
+        sys.stdout, sys.stderr = out, err
     sys.exit(0)
 
 

@@ -58,8 +58,10 @@ _SOURCES: list[tuple[str, str]] = [
         r"(?i)((?:\b|_)(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret(?:[_-]?access)?[_-]?key|"
         r"client[_-]?secret|secret|token|auth[_-]?token|password|passwd|private[_-]?key|credentials?)"
         r"\\?['\"]?\s*[=:]\s*\\?['\"]?)(?!<redacted)(?!None\b|null\b|False\b|True\b|\*+)"
-        # a count after "token" is not one: SGLang's "#token: 441000", "#full token: 2435072"
-        r"(?:(?<!token: )(?<!token:)(?<!token=)|(?!\d+(?![^\s'\",)}\]])))[^\s'\",)}\]\\]{4,}",
+        # a count after "token" is not one: SGLang's "#token: 441000", "#full token: 2435072",
+        # a plan's "kv_bytes_per_token": 57344
+        r"(?:(?<!token: )(?<!token:)(?<!token=)(?<!token\": )(?<!token\":)(?<!token': )"
+        r"|(?!\d+(?:\.\d+)?(?![^\s'\",)}\]])))[^\s'\",)}\]\\]{4,}",
     ),
     ("secret flag", r"(?i)(--(?:api-key|hf-token|token|password|secret|auth-token)[= ])(?!<redacted)\S+"),
 ]
@@ -219,3 +221,45 @@ def redact_diagnosis(d: Any) -> Any:
             p.text = redact(p.text)
         d.serving.why = redact(d.serving.why)
     return d
+
+
+# --- the last gate: everything the process prints -------------------------------------------
+
+SHOWN = [False]  # `--show-secrets`: the user asked to see them (local use)
+
+
+def show_secrets() -> None:
+    SHOWN[0] = True
+
+
+class RedactingWriter:
+    """stdout or stderr with every line redacted on its way out: whatever a command, renderer
+    or error message prints passes here, so none can bypass the masking (the diagnosis is
+    redacted when it is built; this is the gate behind it). Whole lines are masked (a secret
+    is never cut between two writes); a partial line goes out on flush. Bytes written to
+    `.buffer` (the server's own output that `run` tees) are not ours to change."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        if SHOWN[0]:
+            return int(self._stream.write(text))
+        data = self._partial + text
+        cut = data.rfind("\n")
+        if cut < 0:
+            self._partial = data
+            return len(text)
+        self._partial = data[cut + 1 :]
+        self._stream.write("\n".join(redact(line) for line in data[:cut].split("\n")) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._partial:
+            part, self._partial = self._partial, ""
+            self._stream.write(part if SHOWN[0] else redact(part))
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -142,6 +142,10 @@ def run_scan(
     from .styled import wants_rich
 
     chart = chart or wants_rich()  # the serving chart is for a terminal, or when asked
+    if show_secrets:  # the gate at the process's output lets them through too
+        from .redact import show_secrets as let_secrets_out
+
+        let_secrets_out()
 
     know = load_knowledge(rules)
     know.check_engine(engine)  # the engines are the profiles, user ones included

@@ -15,6 +15,7 @@ from diagnose.literals import Prefilter, can_start_with, required, top_alternati
 from diagnose.patterns import ShippedPattern
 
 from .conftest import REAL_LOGS
+from .test_patterns import _shipped
 
 
 def _same(plain: re.Pattern[str], sp: ShippedPattern, text: str) -> bool:
@@ -28,13 +29,7 @@ def prefilter_at_once(monkeypatch):
 
 
 def _items(know) -> list[tuple[str, str, list[str], list[str]]]:
-    items = [
-        (r.id, r.pattern, r.needles, r.examples_match + r.examples_no_match)
-        for r in know.rules.rules
-        if r.shipped
-    ]
-    items += [(f"{m.engine}.{m.what}", m.pattern, m.needles, m.examples) for m in know.profiles.markers]
-    return items
+    return _shipped(know)  # every shipped rule's and marker's pattern, needles and examples
 
 
 def test_required_literals_of_real_patterns():

@@ -191,3 +191,14 @@ def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, kn
     session = LiveSession(know, "serve.log")
     session.feed(f"INFO 05-26 18:53:37 [api_server.py:1] serving with api_key={secret}\n".encode())
     assert "AbCdEfGhIjKlMnOp" not in session.last_line
+
+
+def test_the_gate_at_the_output_masks_what_no_diagnosis_carries(cli, tmp_path):
+    """An error message, a warning, anything printed: the process's stdout and stderr redact
+    every line on the way out (redact.RedactingWriter), so no command can bypass it."""
+    secret = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345"
+    p = run([*cli, "scan", str(tmp_path / f"token-{secret}.log")])
+    assert p.returncode == 2 and b"no such file" in p.stderr.lower() + p.stdout.lower()
+    assert b"AbCdEfGhIjKlMnOpQrSt" not in p.stdout + p.stderr
+    p = run([*cli, "kb", "search", secret])
+    assert b"AbCdEfGhIjKlMnOpQrSt" not in p.stdout + p.stderr
