@@ -39,6 +39,19 @@ TRACK_AUTOMATON_FROM = 4  # tracked needles from which one automaton pass beats 
 BUILT_KEPT = 16  # indexes kept for reuse, by the set of retired markers they were built without
 
 
+STRUCTURE = frozenset(STRUCTURE_NEEDLES)
+
+
+def says_nothing(found: set[str], handlers: list[Any], text: str) -> bool:
+    """A line only a class's broad words woke ("checkpoint", "port": no error-shaped needle,
+    no live marker or rule), where none of those classes' patterns can match (their literals
+    are absent): with no traceback or launch dump open, it can say nothing and is not even
+    split (a third of a real log's candidate lines)."""
+    if not found.isdisjoint(STRUCTURE):
+        return False
+    return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
+
+
 def _window_end(block: bytes, start: int) -> int:
     """Where a search window that begins at `start` ends: a line's end past REFIND_WINDOW."""
     nl = block.find(b"\n", start + REFIND_WINDOW)

@@ -10,23 +10,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .candidates import STRUCTURE_NEEDLES, Candidates
+from .candidates import Candidates, says_nothing
 from .engines import Marker, Profiles
 from .facts import typed_facts
 from .hitbook import HitBook, RecordedHit
-from .layout import Layout
 from .lines import decode
 from .model import Hit, Line, PhaseMark, TracebackEvent
+from .nearest_time import NearestClock, time_before
 from .rules import Rule, RuleSet
 from .server_state import ServerState
-from .serving import SeriesSampler
-from .tracebacks import QUIET_LEVELS, TRACEBACK_START, Tracebacks, Vocabulary, echoes_code
+from .serving import SeriesSampler, series_needles
+from .tracebacks import QUIET_LEVELS, TRACEBACK_START, ErrorLines, Tracebacks, Vocabulary, echoes_code
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
     from typing import Any
 
-STRUCTURE = frozenset(STRUCTURE_NEEDLES)
 _STOP_REQUESTED = Rule(
     id="run.stop-requested",
     engines=["any"],
@@ -39,9 +38,6 @@ _STOP_REQUESTED = Rule(
     examples_no_match=[],
     path="(diagnose run)",
 )
-_CLOCK = re.compile(rb"\d\d:\d\d")  # every timestamp layout holds hours and minutes
-CLOCK_CHUNK = 8 << 10  # bytes searched back at a time for a line with a clock
-CLOCK_TRIES = 16  # lines with a clock's digits tried before taking the block's earlier time
 TRACEBACK_STALE = 64  # lines after a traceback's last frame by which its exception line has come
 _EXC_RE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Fault|Failure|Timeout|Died)|Exception)"
@@ -99,21 +95,6 @@ def paste_indent(block: bytes, sample: int = 40) -> bytes:
     return next((ws for ws in (b"\t", b"    ") if all(x.startswith(ws) for x in lines)), b"")
 
 
-def time_before(layout: Layout, source: str, block: bytes, end: int, lines: int = 5) -> str | None:
-    """The timestamp of the nearest of the few lines before `end` that carries one."""
-    for _ in range(lines):
-        if end <= 0:
-            return None
-        start = block.rfind(b"\n", 0, end - 1) + 1
-        raw = block[start:end].rstrip(b"\n")
-        if raw:
-            ts = layout.line(source, 0, raw[:300]).timestamp
-            if ts:
-                return ts
-        end = start
-    return None
-
-
 def unexplained_title(line: Line, has_words: bool) -> str | None:
     """What an error line no rule and no traceback explains is, when it is one worth a finding."""
     if line.level == "CRITICAL":
@@ -141,10 +122,7 @@ class Scanner:
         self.book = HitBook(keep_rule_lines)
         self.tbs = Tracebacks()
         self.words = Vocabulary()
-        # periodic stats lines: every one is a point of the serving series (a bounded sample)
-        needles = {n.encode("utf-8") for s in profiles.series for n in s.needles}
-        # a needle holding another one ("GPU KV cache usage:" and "KV cache usage:") finds no more lines
-        self._series_needles = sorted(n for n in needles if not any(m != n and m in n for m in needles))
+        self._series_needles = series_needles(profiles)  # periodic stats lines: the serving series
         self.series = SeriesSampler()
         self.layout = profiles.layout.fresh()  # the wrappers this scan learns are its own
         self.source = "-"
@@ -156,18 +134,15 @@ class Scanner:
         self._indent = b""
         self._block = b""  # the block being fed, and where the current line starts in it
         self._line_start = 0
-        self._clock: tuple[int, str | None] = (0, None)  # block position searched for a time, and that time
+        self.clock = NearestClock(self.layout)  # the time of a line that prints none
         self._want_progress = False  # an unexplained error wants to know if serving went on
         self.pending_context: list[RecordedHit] = []  # hits before any phase, waiting for one
-        self.last_unmatched_error: Line | None = None  # the latest ERROR line nothing explained
-        self.unmatched_errors = 0
-        self.unmatched_examples: list[Line] = []
+        self.errors = ErrorLines()  # the ERROR lines nothing explained
 
     # --- feeding ------------------------------------------------------------------
 
     def set_source(self, name: str) -> None:
-        """Lines now come from this source; each source keeps its own line count (merged
-        logs switch back and forth)."""
+        """Lines now come from this source (merged logs switch back and forth): its own count."""
         self._linenos[self.source] = self.lineno
         self.source = name
         self.lineno = self._linenos.get(name, 0)
@@ -177,38 +152,7 @@ class Scanner:
         that carries one."""
         if line.timestamp:
             return line.timestamp
-        return (self._clock_before(self._line_start) if self._block else None) or self.last_time
-
-    def _clock_before(self, end: int) -> str | None:
-        """The time of the nearest line before block position `end` that carries one (most
-        lines are never decoded: a traceback's exception line takes the time of the stats
-        line printed before it, not of the last line that happened to be read). Lines ask in
-        order, so each stretch of the block is searched once, backwards from the asking line,
-        only on lines with a clock's digits."""
-        block = self._block
-        searched, t = self._clock
-        if end < searched:
-            return time_before(self.layout, self.source, block, end)
-        tries = 0
-        hi = end
-        while hi > searched and tries < CLOCK_TRIES:
-            lo = max(searched, hi - CLOCK_CHUNK)
-            starts = dict.fromkeys(
-                block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi)
-            )
-            for start in reversed(starts):
-                nl = block.find(b"\n", start, end)
-                raw = block[start : end if nl < 0 else nl]
-                ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
-                if ts:
-                    self._clock = (end, ts)
-                    return ts
-                tries += 1
-                if tries >= CLOCK_TRIES:
-                    break
-            hi = lo
-        self._clock = (end, t)
-        return t
+        return self.clock.before(self._line_start) or self.last_time
 
     def feed(self, block: bytes) -> None:
         """Process one block of whole lines: only lines holding a live needle are decoded."""
@@ -218,7 +162,7 @@ class Scanner:
         if self.candidates.stale():
             self.candidates.build()
         base = self.lineno  # lines before this block
-        self._clock = (0, self.last_time)
+        self.clock.start(block, self.source, self.last_time)
         pos = self._candidate_lines(block)
         n = len(block)
         if pos < n:
@@ -230,6 +174,7 @@ class Scanner:
         if t is not None:
             self.last_time = t
         self._block = b""
+        self.clock.done()
         self.candidates.keep_latest_observed(block, base)
         if self._series_needles:
             self.series.collect(block, base, self.source, self._series_needles)
@@ -260,8 +205,8 @@ class Scanner:
     def _process(self, raw: bytes, found: set[str]) -> None:
         if self._indent and raw.startswith(self._indent):
             raw = raw[len(self._indent) :]
-        if self.tbs.open:
-            self._expire_tracebacks()
+        for stream, tb in self.tbs.stale(self.source, self.lineno, TRACEBACK_STALE) if self.tbs.open else ():
+            self._close_tb(stream, tb)
         text, truncated = decode(raw)
         handlers = self.candidates.handlers(found)
         if found and self._no_words(found, handlers, text):
@@ -294,15 +239,10 @@ class Scanner:
             self._unexplained(line, bool(words))
 
     def _no_words(self, found: set[str], handlers: list[Any], text: str) -> bool:
-        """A line only a class's broad words woke ("checkpoint", "port": no error-shaped
-        needle, no live marker or rule), where none of those classes' patterns can match
-        (their literals are absent) and no traceback or launch dump is open: it can say
-        nothing, and is not even split (a third of a real log's candidate lines)."""
-        if self.tbs.open or self.server.collecting is not None or not found.isdisjoint(STRUCTURE):
+        """Nothing to read on this line (candidates.says_nothing) and nothing open around it."""
+        if self.tbs.open or self.server.collecting is not None:
             return False
-        return all(
-            isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers
-        )
+        return says_nothing(found, handlers, text)
 
     def stop_requested(self, why: str) -> None:
         """The server is being stopped on purpose from here on (`run` forwarded a Ctrl-C): what
@@ -311,15 +251,6 @@ class Scanner:
         line = Line(source=self.source, number=self.lineno + 1, text=why)
         line.message = why
         self._record(_STOP_REQUESTED, line, {}, None, self.last_time)
-
-    def _expire_tracebacks(self) -> None:
-        """A traceback whose exception line never came (a format no pattern reads, a log cut
-        and pasted) ends TRACEBACK_STALE lines after its last frame: the errors and words of
-        the rest of the log are not its."""
-        for stream, tb in list(self.tbs.open.items()):
-            last = max(tb.last_frame, tb.start.number)
-            if tb.start.source == self.source and self.lineno - last > TRACEBACK_STALE:
-                self._close_tb(stream, tb)
 
     def _traceback_shape(self, line: Line) -> tuple[TracebackEvent | None, re.Match[str] | None]:
         """The traceback this line opens, continues or belongs to, and its frame (first, so
@@ -369,11 +300,7 @@ class Scanner:
 
     def _unexplained(self, line: Line, has_words: bool) -> None:
         """An error line no rule and no traceback explains: counted, and a finding when it is one."""
-        if line.level in ("ERROR", "CRITICAL"):
-            self.unmatched_errors += 1
-            self.last_unmatched_error = line
-            if len(self.unmatched_examples) < 20:
-                self.unmatched_examples.append(line)
+        self.errors.note(line)
         title = unexplained_title(line, has_words)
         if title is not None:
             self._synthetic(line, title)
@@ -460,23 +387,14 @@ class Scanner:
         self.apply_observed()
         for stream, tb in list(self.tbs.open.items()):
             self._close_tb(stream, tb)
-        self._closing_error()
+        # a startup whose log ends on an ERROR line no rule or word explains (a config check that
+        # refuses a value, a launcher's last word) failed there, not an 'incomplete' log
+        last = self.errors.closing(
+            self.source, self.lineno, CLOSING_TAIL, self.server.reached, self.book.kept()
+        )
+        if last is not None:
+            self._synthetic(last, "The startup ends on an error no rule explains")
         return self.snapshot()
-
-    def _closing_error(self) -> None:
-        """A startup whose log ends on an ERROR line no rule or word explains (a config check
-        that refuses a value, a launcher's last word) failed there: an unexplained finding,
-        not an 'incomplete' log. Not after ready, nor when anything was found after it."""
-        line = self.last_unmatched_error
-        if line is None or "ready" in self.server.reached or line.source != self.source:
-            return
-        if self.lineno - line.number > CLOSING_TAIL:
-            return
-        if any(
-            r.hit.line.number >= line.number and r.hit.line.source == line.source for r in self.book.kept()
-        ):
-            return
-        self._synthetic(line, "The startup ends on an error no rule explains")
 
     def snapshot(self) -> ScanResult:
         """The result so far, without ending anything (for live diagnosis)."""
@@ -486,8 +404,8 @@ class Scanner:
             **self.book.result_fields(),
             lines=self.lineno,
             last_time=self.last_time,
-            unmatched_errors=self.unmatched_errors,
-            unmatched_examples=self.unmatched_examples,
+            unmatched_errors=self.errors.count,
+            unmatched_examples=self.errors.examples,
             series=self.series.snapshot(),
             series_seen=self.series.seen,
         )

@@ -181,6 +181,13 @@ def _round(v: float) -> float | int:
     return int(v) if v == int(v) else round(v, 4)
 
 
+def series_needles(profiles: Any) -> list[bytes]:
+    """The needles of the engines' periodic stats lines, each found once: a needle holding
+    another one ("GPU KV cache usage:" and "KV cache usage:") finds no more lines."""
+    needles = {n.encode("utf-8") for s in profiles.series for n in s.needles}
+    return sorted(n for n in needles if not any(m != n and m in n for m in needles))
+
+
 def read_points(
     raw: list[tuple[str, int, bytes]], markers: list[Any], layout: Layout, since_line: int = 0
 ) -> list[Point]:

@@ -78,6 +78,16 @@ class Tracebacks:
         self.open.pop(stream, None)
         return {r.rule.id for r in self.hits.get(id(tb), ()) if r.rule is not None}
 
+    def stale(self, source: str, lineno: int, after: int) -> list[tuple[str, TracebackEvent]]:
+        """The open tracebacks of `source` whose exception line never came (a format no pattern
+        reads, a log cut and pasted): `after` lines past their last frame, the errors and words
+        of the rest of the log are not theirs."""
+        return [
+            (stream, tb)
+            for stream, tb in self.open.items()
+            if tb.start.source == source and lineno - max(tb.last_frame, tb.start.number) > after
+        ]
+
     def forget(self, tb: TracebackEvent) -> None:
         self.hits.pop(id(tb), None)
 
@@ -124,3 +134,34 @@ class Vocabulary:
         ][-MAX_VOCAB:]
         near = [r for r in self.takers if rec.hit.line.number - r.hit.line.number <= VOCAB_AFTER]
         self.takers = [*near[-7:], rec]
+
+
+class ErrorLines:
+    """The ERROR lines nothing explained: counted, the first examples kept, and the latest
+    (a startup that ends on one failed there)."""
+
+    EXAMPLES = 20
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[Line] = []
+        self.last: Line | None = None
+
+    def note(self, line: Line) -> None:
+        if line.level in ("ERROR", "CRITICAL"):
+            self.count += 1
+            self.last = line
+            if len(self.examples) < self.EXAMPLES:
+                self.examples.append(line)
+
+    def closing(
+        self, source: str, lineno: int, tail: int, reached: set[str], hits: list[RecordedHit]
+    ) -> Line | None:
+        """The error a startup log ends on (within `tail` lines of its end), when it never got
+        ready and nothing was found after it: its failure, though no rule or word names it."""
+        line = self.last
+        if line is None or "ready" in reached or line.source != source or lineno - line.number > tail:
+            return None
+        if any(r.hit.line.number >= line.number and r.hit.line.source == line.source for r in hits):
+            return None
+        return line
