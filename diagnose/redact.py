@@ -95,12 +95,39 @@ _WORDS: dict[str, tuple[str, ...]] = {
     "secret flag": ("--",),
 }
 _COMPILED: dict[str, re.Pattern[str]] = {}
-# A cheap first test: text without any of these cannot hold a secret of the kinds above.
-_HINT = re.compile(
-    r"(?i)hf_|sk-|gh[pousr]_|github_pat|glpat|xox|AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|AIza|eyJ|key|"
-    r"bearer|basic|://[^\s@]*@|secret|token|passw|pwd|credential|PRIVATE KEY|hooks\.slack|SG\.|GOCSPX|\"auth|"
-    r"npm_|_live_|_test_|pypi-|dapi|auth"
-)
+# A cheap first test: text without any of these words (lower case) cannot hold a secret of the
+# kinds above; one automaton pass finds them all (a case-insensitive alternation of them on
+# `re` read 2 MB/s).
+_HINT_WORDS = sorted({w for ws in _WORDS.values() for w in ws} | {"auth", "pwd"})
+_HINTS: list[Any] = []
+_HINT_AT: list[Any] = []
+
+
+def _words_in(low: str) -> set[str]:
+    """The hint words a lowered text holds."""
+    if not _HINTS:
+        try:
+            import ahocorasick_rs
+
+            ac = ahocorasick_rs.AhoCorasick(_HINT_WORDS)
+            _HINTS.append(
+                lambda t: {_HINT_WORDS[m[0]] for m in ac.find_matches_as_indexes(t, overlapping=True)}
+            )
+            _HINT_AT.append(lambda t: sorted(m[1] for m in ac.find_matches_as_indexes(t)))
+        except ImportError:
+            _HINTS.append(lambda t: {w for w in _HINT_WORDS if w in t})
+            _HINT_AT.append(lambda t: sorted(i for w in _HINT_WORDS for i in _all_at(t, w)))
+    return _HINTS[0](low)  # type: ignore[no-any-return]
+
+
+def _all_at(text: str, word: str) -> list[int]:
+    out, i = [], text.find(word)
+    while i >= 0:
+        out.append(i)
+        i = text.find(word, i + 1)
+    return out
+
+
 # A value no format above knows: a long, random-looking run of token characters within a few
 # characters after a word that says secret (the general rule behind detect-secrets'
 # high-entropy plugins, held to the words so hashes and request ids elsewhere stay readable)
@@ -124,11 +151,13 @@ def _pattern(kind: str, src: str) -> re.Pattern[str]:
 
 def redact(text: str, found: dict[str, int] | None = None) -> str:
     """The text with every secret value masked; `found` counts the kinds masked."""
-    if not text or not _HINT.search(text):
+    if not text:
         return text
-    low = text.lower()
+    present = _words_in(text.lower())
+    if not present:
+        return text
     for kind, src in _SOURCES:
-        if not any(w in low for w in _WORDS[kind]):
+        if present.isdisjoint(_WORDS[kind]):
             continue
         pat = _pattern(kind, src)
 
@@ -143,7 +172,7 @@ def redact(text: str, found: dict[str, int] | None = None) -> str:
             return MASK
 
         text = pat.sub(sub, text)
-    return _mask_random_near_words(text, found)
+    return _mask_random_near_words(text, found, present)
 
 
 def _entropy(s: str) -> float:
@@ -166,9 +195,8 @@ def _random_looking(s: str) -> bool:
     return has_digit and has_letter and _entropy(s) >= ENTROPY_BITS
 
 
-def _mask_random_near_words(text: str, found: dict[str, int] | None) -> str:
-    low = text.lower()
-    if not any(w in low for w in ("key", "token", "secret", "passw", "pwd", "credential", "auth")):
+def _mask_random_near_words(text: str, found: dict[str, int] | None, present: set[str]) -> str:
+    if present.isdisjoint(("key", "token", "secret", "passw", "pwd", "credential", "auth")):
         return text
 
     def sub(m: re.Match[str]) -> str:
@@ -232,6 +260,34 @@ def show_secrets() -> None:
     SHOWN[0] = True
 
 
+def _redact_lines(chunk: str) -> str:
+    """Whole lines redacted; only those holding a hint word are looked at (one automaton pass
+    over the chunk finds them, not a Python call a line: 41,000 lines of JSON for 133 logs)."""
+    at = _hint_positions(chunk.lower())
+    if not at:
+        return chunk
+    out: list[str] = []
+    done = 0
+    for pos in at:
+        if pos < done:
+            continue  # a line already redacted
+        start = chunk.rfind("\n", 0, pos) + 1
+        nl = chunk.find("\n", pos)
+        end = len(chunk) if nl < 0 else nl
+        out.append(chunk[done:start])
+        out.append(redact(chunk[start:end]))
+        done = end
+    out.append(chunk[done:])
+    return "".join(out)
+
+
+def _hint_positions(low: str) -> list[int]:
+    """Where the hint words are in a lowered text, in order."""
+    _words_in("")  # the automaton, built once
+    finder = _HINT_AT[0]
+    return finder(low)  # type: ignore[no-any-return]
+
+
 class RedactingWriter:
     """stdout or stderr with every line redacted on its way out: whatever a command, renderer
     or error message prints passes here, so none can bypass the masking (the diagnosis is
@@ -252,7 +308,7 @@ class RedactingWriter:
             self._partial = data
             return len(text)
         self._partial = data[cut + 1 :]
-        self._stream.write("\n".join(redact(line) for line in data[:cut].split("\n")) + "\n")
+        self._stream.write(_redact_lines(data[: cut + 1]))
         return len(text)
 
     def flush(self) -> None:
