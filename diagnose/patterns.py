@@ -154,30 +154,15 @@ class ShippedPattern:
 
     def _search_alternatives(self, text: str, possible: list[int]) -> Any:
         """The whole pattern's match, found where the earliest possible alternative matches."""
-        first = -1
-        for i in possible:
-            m = self._alternative(i, False).search(text)
-            if m is not None and (first < 0 or m.start() < first):
-                first = m.start()
-        if first < 0:
-            return None
-        m = self._compiled.match(text, first)
-        return m if m is not None else self._compiled.search(text)
+        found = (self._alternative(i, False).search(text) for i in possible)
+        return _match_at_earliest(self._compiled, text, [m.start() for m in found if m is not None])
 
     def _search_long(self, text: str, hay: str, possible: list[int]) -> Any:
         """An over-long line: each possible alternative searched only in the windows around
         its literals (a few hundred characters each, on `re`); the whole pattern then matched
         once, under the timeout, where the earliest starts."""
-        first = -1
-        for i in possible:
-            start = self._first_start_long(i, text, hay)
-            if start is not None and (first < 0 or start < first):
-                first = start
-        if first < 0:
-            return None
-        whole = self._timed_whole()
-        m = whole.match(text, first)
-        return m if m is not None else whole.search(text)
+        starts = (self._first_start_long(i, text, hay) for i in possible)
+        return _match_at_earliest(self._timed_whole(), text, [s for s in starts if s is not None])
 
     def _first_start_long(self, i: int, text: str, hay: str) -> int | None:
         windows = self._prefilter.windows(i, hay)
@@ -196,6 +181,16 @@ class ShippedPattern:
                     return int(m.start())
                 pos = m.start() + 1
         return None
+
+
+def _match_at_earliest(whole: Any, text: str, starts: list[int]) -> Any:
+    """The whole pattern's match at the earliest start an alternative found (at the leftmost
+    position where any alternative matches, the alternation takes the first that does: the
+    match `search` gives)."""
+    if not starts:
+        return None
+    m = whole.match(text, min(starts))
+    return m if m is not None else whole.search(text)
 
 
 def timed_pattern(pattern: str) -> TimedPattern:
