@@ -33,13 +33,34 @@ _GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
 _CROSS_REFS = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")
 
 
+def _parse(pattern: str, flags: int = 0) -> Any:
+    """`re`'s parse tree of the pattern; None where it does not parse."""
+    try:
+        return _parser.parse(pattern, flags)
+    except re.error:
+        return None
+
+
+def _children(op: Any, av: Any) -> list[Any]:
+    """The sequences inside one node of a parse tree (a group, an atomic group, the branches of
+    an alternation, a repeat's body): what every walk of the tree descends into."""
+    if op is C.SUBPATTERN:
+        return [av[3].data]
+    if op is C.ATOMIC_GROUP:
+        return [av.data]
+    if op is C.BRANCH:
+        return [b.data for b in av[1]]
+    if op in _REPEATS:
+        return [av[2].data]
+    return []
+
+
 def required(pattern: str) -> tuple[list[frozenset[str]], bool] | None:
     """Sets of literals, each set with one literal in the text wherever the pattern matches
     (the most selective first), and whether to compare case-folded; None where no literal of
     MIN_LITERAL characters is proved."""
-    try:
-        tree = _parser.parse(pattern, 0)
-    except re.error:
+    tree = _parse(pattern)
+    if tree is None:
         return None
     fold = bool(tree.state.flags & re.IGNORECASE) or _changes_case(tree.data)
     sets = _need(tree.data)
@@ -50,19 +71,11 @@ def required(pattern: str) -> tuple[list[frozenset[str]], bool] | None:
 
 def _changes_case(seq: Any) -> bool:
     """Does a scoped flag group (`(?i:…)`, `(?-i:…)`) switch case folding anywhere?"""
-    for op, av in seq:
-        if op is C.SUBPATTERN:
-            if (av[1] | av[2]) & re.IGNORECASE or _changes_case(av[3].data):
-                return True
-        elif op is C.BRANCH:
-            if any(_changes_case(b.data) for b in av[1]):
-                return True
-        elif op in _REPEATS:
-            if _changes_case(av[2].data):
-                return True
-        elif op is C.ATOMIC_GROUP and _changes_case(av.data):
-            return True
-    return False
+    return any(
+        (op is C.SUBPATTERN and (av[1] | av[2]) & re.IGNORECASE)
+        or any(_changes_case(child) for child in _children(op, av))
+        for op, av in seq
+    )
 
 
 def _selective(s: frozenset[str]) -> tuple[int, int]:
@@ -252,16 +265,13 @@ class Prefilter:
 
 
 def _finder(literals: list[str]) -> Any:
-    """text -> the set of indexes of the literals in it (overlapping ones included)."""
-    try:
-        import ahocorasick_rs
-    except ImportError:
-        return lambda hay: {i for i, x in enumerate(literals) if x in hay}
-    # on UTF-8 bytes: the str automaton converts every offset to a character index (2× slower)
-    ac = ahocorasick_rs.BytesAhoCorasick(
-        [x.encode() for x in literals], matchkind=ahocorasick_rs.MatchKind.Standard
-    )
-    return lambda hay: {m[0] for m in ac.find_matches_as_indexes(hay.encode(), overlapping=True)}
+    """text -> the set of indexes of the literals in it (overlapping ones included): the
+    scan's own multi-literal index, on UTF-8 bytes (the str automaton converts every offset to
+    a character index, 2× slower)."""
+    from .needles import make_index
+
+    index = make_index([x.encode() for x in literals])
+    return lambda hay: {m[0] for m in index.find(hay.encode())}
 
 
 # Letters `re` matches to an ASCII letter case-insensitively that `str.lower` leaves non-ASCII
@@ -274,11 +284,8 @@ WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 
 
 def _width(pattern: str) -> int | None:
-    try:
-        tree = _parser.parse(pattern, 0)
-    except re.error:
-        return None
-    if _reads_past(tree.data):
+    tree = _parse(pattern)
+    if tree is None or _reads_past(tree.data):
         return None
     hi = tree.getwidth()[1]
     return hi if hi <= WINDOW_WIDEST else None
@@ -286,18 +293,11 @@ def _width(pattern: str) -> int | None:
 
 def _reads_past(seq: Any) -> bool:
     """Does a lookaround or a group reference (what it reads is not bounded by the match) occur?"""
-    for op, av in seq:
-        if op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS):
-            return True
-        if op is C.SUBPATTERN and _reads_past(av[3].data):
-            return True
-        if op is C.ATOMIC_GROUP and _reads_past(av.data):
-            return True
-        if op is C.BRANCH and any(_reads_past(b.data) for b in av[1]):
-            return True
-        if op in _REPEATS and _reads_past(av[2].data):
-            return True
-    return False
+    return any(
+        op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS)
+        or any(_reads_past(child) for child in _children(op, av))
+        for op, av in seq
+    )
 
 
 _last: list[str] = ["", ""]  # the last text folded and its folding: rules share one line
@@ -321,11 +321,7 @@ def can_start_with(pattern: re.Pattern[str], c: str) -> bool:
     key = (pattern.pattern, pattern.flags)
     tree = _TREES.get(key, False)
     if tree is False:
-        try:
-            tree = _parser.parse(pattern.pattern, pattern.flags & ~re.UNICODE)
-        except re.error:
-            tree = None
-        _TREES[key] = tree
+        tree = _TREES[key] = _parse(pattern.pattern, pattern.flags & ~re.UNICODE)
     if tree is None:
         return True
     return _starts(tree.data, c, bool(tree.state.flags & re.IGNORECASE))[0]
