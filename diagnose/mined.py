@@ -264,10 +264,8 @@ def _word_index(offsets: dict[str, list[int]]) -> tuple[dict[str, list[int]], li
     always: list[int] = []
     split = _NON_WORD.split
     for i, lit in enumerate(offsets):
-        inner = split(lit)[1:-1]  # the first and last runs may be cut words
-        if len(inner) == 1 and inner[0]:
-            by_word.setdefault(inner[0], []).append(i)
-        elif inner and (best := max(inner, key=len)):
+        best = max(split(lit)[1:-1], key=len, default="")  # the first and last runs may be cut words
+        if best:
             by_word.setdefault(best, []).append(i)
         else:
             always.append(i)
