@@ -98,26 +98,37 @@ _COMPILED: dict[str, re.Pattern[str]] = {}
 # A cheap first test: text without any of these words (lower case) cannot hold a secret of the
 # kinds above; one automaton pass finds them all (a case-insensitive alternation of them on
 # `re` read 2 MB/s).
-_HINT_WORDS = sorted({w for ws in _WORDS.values() for w in ws} | {"auth", "pwd"})
-_HINTS: list[Any] = []
-_HINT_AT: list[Any] = []
+# the words after which a random-looking value is taken for a secret (_NEAR_WORD below)
+_NEAR_WORDS = ("key", "token", "secret", "passw", "pwd", "credential", "auth")
+_HINT_WORDS = sorted({w for ws in _WORDS.values() for w in ws} | set(_NEAR_WORDS))
+_HINTER: list[Any] = []  # the automaton over _HINT_WORDS, built on first use (None: not installed)
+
+
+def _hinter() -> Any:
+    if not _HINTER:
+        try:
+            import ahocorasick_rs
+
+            _HINTER.append(ahocorasick_rs.AhoCorasick(_HINT_WORDS))
+        except ImportError:
+            _HINTER.append(None)
+    return _HINTER[0]
 
 
 def _words_in(low: str) -> set[str]:
     """The hint words a lowered text holds."""
-    if not _HINTS:
-        try:
-            import ahocorasick_rs
+    ac = _hinter()
+    if ac is None:
+        return {w for w in _HINT_WORDS if w in low}
+    return {_HINT_WORDS[m[0]] for m in ac.find_matches_as_indexes(low, overlapping=True)}
 
-            ac = ahocorasick_rs.AhoCorasick(_HINT_WORDS)
-            _HINTS.append(
-                lambda t: {_HINT_WORDS[m[0]] for m in ac.find_matches_as_indexes(t, overlapping=True)}
-            )
-            _HINT_AT.append(lambda t: sorted(m[1] for m in ac.find_matches_as_indexes(t)))
-        except ImportError:
-            _HINTS.append(lambda t: {w for w in _HINT_WORDS if w in t})
-            _HINT_AT.append(lambda t: sorted(i for w in _HINT_WORDS for i in _all_at(t, w)))
-    return _HINTS[0](low)  # type: ignore[no-any-return]
+
+def _hint_positions(low: str) -> list[int]:
+    """Where the hint words start in a lowered text, in order (character offsets)."""
+    ac = _hinter()
+    if ac is None:
+        return sorted(i for w in _HINT_WORDS for i in _all_at(low, w))
+    return sorted(m[1] for m in ac.find_matches_as_indexes(low))
 
 
 def _all_at(text: str, word: str) -> list[int]:
@@ -196,7 +207,7 @@ def _random_looking(s: str) -> bool:
 
 
 def _mask_random_near_words(text: str, found: dict[str, int] | None, present: set[str]) -> str:
-    if present.isdisjoint(("key", "token", "secret", "passw", "pwd", "credential", "auth")):
+    if present.isdisjoint(_NEAR_WORDS):
         return text
 
     def sub(m: re.Match[str]) -> str:
@@ -279,13 +290,6 @@ def _redact_lines(chunk: str) -> str:
         done = end
     out.append(chunk[done:])
     return "".join(out)
-
-
-def _hint_positions(low: str) -> list[int]:
-    """Where the hint words are in a lowered text, in order."""
-    _words_in("")  # the automaton, built once
-    finder = _HINT_AT[0]
-    return finder(low)  # type: ignore[no-any-return]
 
 
 class RedactingWriter:
