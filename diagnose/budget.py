@@ -168,8 +168,8 @@ def load_config(path: str) -> dict[str, Any]:
 
 def _check_quantization(q: Any, path: str) -> None:
     """The quantisation block's numbers are numbers (`bits: "four"` is a broken file, not a
-    4-bit model): GPTQ/AWQ `bits`, `group_size` (-1 for one group), compressed-tensors
-    `num_bits` in its groups."""
+    4-bit model): GPTQ's `bits` and `group_size` (-1 for one group), AWQ's `w_bit` and
+    `q_group_size`."""
     if q is None:
         return
     if not isinstance(q, dict):

@@ -73,6 +73,9 @@ def yaml_problem(e: Exception) -> str:
     """A YAML error in one line: what is wrong and on which line (PyYAML's own message spans
     several, with the file name and a caret)."""
     mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0] if str(e) else type(e).__name__
+    problem = getattr(e, "problem", None)
+    if not problem:
+        text = str(e)
+        problem = text.splitlines()[0] if text else type(e).__name__
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
     return f"{' '.join(str(problem).split())}{where}"

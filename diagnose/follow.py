@@ -4,9 +4,10 @@ Waits for a file that does not exist yet; survives rotation (rename + create, de
 create: the old file is read on while its writer still writes it, until the new one has
 data) and truncation (copytruncate: the part of the old content not read yet is read from
 the rotated copy); holds a partial last line until its newline arrives; never drops or
-repeats a line the file system still holds. The model is Fluent Bit's tail input. Sleeps on an event between writes, so an idle follow costs
-nothing: inotify where it works, watchdog's polling observer where it does not (NFS,
-Docker bind mounts) or when asked with `poll=True`.
+repeats a line the file system still holds (the model is Fluent Bit's tail input). Sleeps
+on an event between writes, so an idle follow costs nothing: inotify where it works,
+watchdog's polling observer where it does not (NFS, Docker bind mounts) or when asked with
+`poll=True`.
 """
 
 from __future__ import annotations
