@@ -17,7 +17,7 @@ from .errors import InputError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
-    from typing import BinaryIO
+    from typing import Any, BinaryIO
 
 BLOCK_SIZE = 256 << 10  # bigger blocks scan no faster and hold more memory
 # The first reads are small and double up to BLOCK_SIZE: a log's opening lines retire most
@@ -298,13 +298,19 @@ _LEVEL_KEYS = ("level", "severity", "levelname", "lvl")
 
 def unwrap_json(text: str) -> str | None:
     """The line a JSON log record holds, rebuilt as its text form would print it (the record's
-    time and level first, so the usual prefix layers read them); None when it is not one."""
+    time and level first, so the usual prefix layers read them); None when it is not one. One
+    line: a newline in any field (the message, but also a time or a span name) reads " ⏎ "."""
     import json  # only lines that look like JSON records pay for it
 
     try:
         obj = json.loads(text)
     except ValueError:
         return None
+    line = _record_line(obj)
+    return None if line is None else line.replace("\n", " ⏎ ")
+
+
+def _record_line(obj: Any) -> str | None:
     if not isinstance(obj, dict) or "function" in obj:
         # llama.cpp's own JSON lines (Ollama's runner: {"function", "level", "msg", …}) are
         # read as they are: the rules and markers for them know that shape
@@ -323,7 +329,7 @@ def unwrap_json(text: str) -> str | None:
                 msg, key = payload["message"], "jsonPayload"
     if msg is None:
         return None
-    msg = msg.rstrip("\r\n").replace("\n", " ⏎ ")
+    msg = msg.rstrip("\r\n")
     when = next((obj[k] for k in _TIME_KEYS if isinstance(obj.get(k), str)), None)
     if when is None and str(obj.get("__REALTIME_TIMESTAMP", "")).isdigit():
         from datetime import UTC, datetime  # journalctl -o json: microseconds since 1970

@@ -502,3 +502,12 @@ def test_a_stray_nul_byte_leaves_a_text_log_a_text_log(tmp_path):
     exe.write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x02\x00>\x00" * 500)
     with pytest.raises(InputError, match="binary data"):
         list(iter_lines(Source(str(exe), str(exe))))
+
+
+def test_a_json_record_is_one_line_whatever_field_holds_a_newline():
+    """Found by the property test: a record's time (or span, or level) holding a newline made
+    the rebuilt line two."""
+    from diagnose.lines import unwrap_json
+
+    assert unwrap_json('{"log": null, "message": "", "time": "\\n"}') == " ⏎  "
+    assert unwrap_json('{"log": "a\\nb\\n", "time": "2024-01-01T00:00:00Z"}') == "2024-01-01T00:00:00Z a ⏎ b"
