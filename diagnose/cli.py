@@ -8,12 +8,12 @@ import sys
 from enum import StrEnum
 from typing import Annotated, Any
 
-import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded, say_error, yaml_problem
+from .lean_typer import typer
 from .outputs import OUTPUTS
 from .scan_command import load_kb, load_knowledge, run_scan
 
