@@ -339,13 +339,21 @@ class Bundle:
         self._spans: tuple[list[int], list[int]] = (idx["frames_span"], idx["roots_span"])
         self._frames: dict[str, str] | None = None
         self._roots: dict[str, str] | None = None
-        self._literals: list[str] = idx["literals"].split(_SEP) if idx["literals"] else []
+        self._joined: str = idx["literals"]  # split on the first question (`rules list` asks none)
+        self._split: list[str] | None = None
         self._starts = _unpack(idx["starts"])
         self._offsets = _unpack(idx["offsets"])
-        if len(self._starts) != len(self._literals) + 1 or self._starts[-1] != len(self._offsets):
+        n = self._joined.count(_SEP) + 1 if self._joined else 0
+        if len(self._starts) != n + 1 or self._starts[-1] != len(self._offsets):
             raise ValueError("its literal index does not add up")
         self._asked = 0
         self._by_word: tuple[dict[str, list[int]], list[int]] | None = None
+
+    @property
+    def _literals(self) -> list[str]:
+        if self._split is None:
+            self._split = self._joined.split(_SEP) if self._joined else []
+        return self._split
 
     def _section(self, span: list[int]) -> dict[str, Any]:
         with open(self.path, "rb") as f:
