@@ -277,20 +277,22 @@ class Candidates:
 
     # --- what a block says without its lines being decoded -----------------------------------
 
-    def keep_latest_observed(self, block: bytes, base: int) -> None:
+    def keep_latest_observed(self, block: bytes, last: int) -> None:
         """The latest stats line of each kind in the block: its bytes, read when a result is
-        asked for (only the latest matters)."""
+        asked for (only the latest matters). `last`: the line number of the block's last newline
+        (a line near the end is numbered by counting the few newlines after it)."""
         n = len(block)
         for needle in self._observe_live:
             idx = block.rfind(needle.encode("utf-8"))
             if idx >= 0:
                 start = block.rfind(b"\n", 0, idx) + 1
                 nl = block.find(b"\n", idx)
-                line = base + block.count(b"\n", 0, start) + 1
+                line = last - block.count(b"\n", start) + 1
                 self.latest_observed[frozenset({needle})] = (line, block[start : n if nl < 0 else nl])
 
-    def progress(self, block: bytes, base: int, phase_last_line: dict[str, int]) -> None:
-        """The last line of the block that says ready or serving (markers retired long ago)."""
+    def progress(self, block: bytes, last_nl: int, phase_last_line: dict[str, int]) -> None:
+        """The last line of the block that says ready or serving (markers retired long ago);
+        `last_nl`: the line number of the block's last newline."""
         last: dict[str, int] = {}
         if len(self.track) < TRACK_AUTOMATON_FROM:
             for needle, phase in self.track.items():
@@ -307,6 +309,6 @@ class Candidates:
                     last[phases[m[0]]] = m[1]
         for phase, idx in last.items():
             if idx >= 0:
-                line = base + block.count(b"\n", 0, idx) + 1
+                line = last_nl - block.count(b"\n", idx) + 1
                 if line > phase_last_line.get(phase, 0):
                     phase_last_line[phase] = line

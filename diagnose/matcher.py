@@ -175,11 +175,12 @@ class Scanner:
             self.last_time = t
         self._block = b""
         self.clock.done()
-        self.candidates.keep_latest_observed(block, base)
+        last = self.lineno - (not block.endswith(b"\n"))  # the line of the block's last newline
+        self.candidates.keep_latest_observed(block, last)
         if self._series_needles:
             self.series.collect(block, base, self.source, self._series_needles)
         if self._want_progress:
-            self.candidates.progress(block, base, self.server.phase_last_line)
+            self.candidates.progress(block, last, self.server.phase_last_line)
 
     def _candidate_lines(self, block: bytes) -> int:
         """Process the lines of the block that hold a needle; the first byte not yet counted."""
