@@ -48,6 +48,11 @@ class HitBook:
         self._tail: dict[str, deque[tuple[int, RecordedHit]]] = {}
         self._last_run: dict[str, int] = {}
 
+    @property
+    def recorded(self) -> int:
+        """Hits recorded so far (kept or not): a change to what the scan knows."""
+        return self._seq
+
     def count(self, rid: str, line_number: int | None = None) -> None:
         """One more hit of the rule (`line_number`: where, for `rules test LOG`)."""
         self.counts[rid] += 1

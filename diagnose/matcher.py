@@ -16,7 +16,7 @@ from .facts import typed_facts
 from .hitbook import HitBook, RecordedHit
 from .lines import decode
 from .model import Hit, Line, PhaseMark, TracebackEvent
-from .nearest_time import NearestClock, time_before
+from .nearest_time import NearestClock
 from .rules import Rule, RuleSet
 from .server_state import ServerState
 from .serving import SeriesSampler, series_needles
@@ -169,8 +169,9 @@ class Scanner:
             self.lineno += block.count(b"\n", pos, n)
             if not block.endswith(b"\n"):
                 self.lineno += 1
-        # the log's clock at the end of the block (most lines are never decoded)
-        t = time_before(self.layout, self.source, block, n)
+        # the log's clock at the end of the block (most lines are never decoded), searched as a
+        # line's is: the answer must not depend on where one block ends and the next begins
+        t = self.clock.before(n)
         if t is not None:
             self.last_time = t
         self._block = b""
