@@ -217,6 +217,65 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
 
 
 @app.command()
+def stream(
+    inputs: Annotated[
+        list[str] | None, typer.Argument(help="Files of records (default: standard input, or `-`).")
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key", help="The JSON field (a dotted path) that tells sources apart, for other shapes."
+        ),
+    ] = None,
+    source: Annotated[str, typer.Option("--source", help="The name of plain-text and CRI input.")] = "-",
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", help="Sources followed at once (the idlest is closed beyond).")
+    ] = 10_000,
+    idle: Annotated[
+        float | None, typer.Option("--idle", help="Close a source quiet for S seconds (its final verdict).")
+    ] = None,
+    events: Annotated[
+        str | None,
+        typer.Option(
+            "--events",
+            help="Only these events, comma-separated (phase,finding,ready,failed,stopped,hang,closed).",
+        ),
+    ] = None,
+    summary: Annotated[
+        bool,
+        typer.Option("--summary", help="At the end, one line rolling the verdicts up by class, model, node."),
+    ] = False,
+    budget: BudgetOpt = None,
+    engine: EngineOpt = None,
+    rules: RulesOpt = None,
+) -> None:
+    """Log records of many servers in (Vector, Fluent Bit, OTLP, Loki, CRI, text): a JSON verdict line per change of each."""
+    from .live import parse_budgets
+    from .stream import EVENT_KINDS, Sessions
+    from .stream_command import run_stream
+
+    _at_least("--max-sessions", max_sessions, 1)
+    _at_least("--idle", idle, 0.001)
+    only = None
+    if events is not None:
+        only = {e.strip() for e in events.split(",") if e.strip()}
+        unknown = sorted(only - set(EVENT_KINDS))
+        if unknown:
+            raise typer.BadParameter(
+                f"unknown event {', '.join(unknown)} (events: {', '.join(EVENT_KINDS)})",
+                param_hint="--events",
+            )
+    try:
+        budgets = (
+            parse_budgets(budget) if budget else None
+        )  # hangs only when asked: a replay runs faster than time
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--budget") from None
+    sessions = Sessions(load_knowledge(rules), engine, max_sessions, idle, budgets)
+    raise typer.Exit(run_stream(inputs or ["-"], sessions, key, source, only, summary))
+
+
+@app.command()
 def watch(
     file: Annotated[str, typer.Argument(help="The log to follow (it may not exist yet).")],
     follow: Annotated[

@@ -1,0 +1,161 @@
+"""`diagnose stream`: log records of many sources in (a pipeline's JSON lines, CRI lines or
+text), one JSON verdict line out per change of each source (schema `diagnose.stream/1`).
+
+A reader thread puts input lines on a bounded queue: when the scan falls behind, reading
+stops (back-pressure on the pipe) instead of memory growing; while input is quiet the main
+loop still ticks each second, so a failure whose cause never comes and a stuck phase are
+reported without waiting for more input.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import IO, Any
+
+from .errors import InputError
+from .records import RecordReader
+from .stream import SCHEMA, Event, Sessions
+
+QUEUE_LINES = 4096  # input lines read ahead of the scan, at most
+MAX_INPUT_LINE = 1 << 20  # a longer input line keeps its head
+TICK_S = 1.0
+EXAMPLES_KEPT = 5  # sources named per summary group
+_END = object()
+
+
+def _read_lines(f: IO[bytes]) -> Iterable[bytes]:
+    """Lines of at most MAX_INPUT_LINE bytes (the rest of a longer one is skipped unread)."""
+    while True:
+        line = f.readline(MAX_INPUT_LINE)
+        if not line:
+            return
+        if not line.endswith(b"\n") and len(line) >= MAX_INPUT_LINE:
+            while True:  # drop the rest of the over-long line
+                more = f.readline(MAX_INPUT_LINE)
+                if not more or more.endswith(b"\n"):
+                    break
+        yield line
+
+
+def _open_inputs(paths: list[str]) -> list[tuple[str, IO[bytes]]]:
+    out: list[tuple[str, IO[bytes]]] = []
+    for p in paths or ["-"]:
+        if p == "-":
+            out.append(("-", sys.stdin.buffer))
+            continue
+        try:
+            out.append((p, open(p, "rb")))  # noqa: SIM115 - closed by the reader thread
+        except IsADirectoryError:
+            raise InputError(f"{p}: is a directory, not a file of records") from None
+        except OSError as e:
+            raise InputError(f"{p}: cannot read: {e.strerror or e}") from None
+    return out
+
+
+def _reader(inputs: list[tuple[str, IO[bytes]]], q: queue.Queue[Any]) -> None:
+    try:
+        for _name, f in inputs:
+            with f if f is not sys.stdin.buffer else _NoClose(f):
+                for line in _read_lines(f):
+                    q.put(line)  # blocks when the scan is behind: back-pressure
+    except OSError as e:
+        q.put(InputError(f"cannot read the input: {e.strerror or e}"))
+    finally:
+        q.put(_END)
+
+
+class _NoClose:
+    def __init__(self, f: IO[bytes]):
+        self.f = f
+
+    def __enter__(self) -> IO[bytes]:
+        return self.f
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class Summary:
+    """Final verdicts rolled up by class × model × node (bounded: counts and a few names)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.sources = 0
+
+    def take(self, e: Event) -> None:
+        self.sources += 1
+        d = e.diagnosis
+        model = str((d.launch.get("model") if d is not None else None) or "")
+        cls = (e.finding or {}).get("class") or ""
+        key = (e.status, cls, model, e.labels.get("node", ""))
+        g = self.groups.setdefault(key, {"sources": 0, "examples": []})
+        g["sources"] += 1
+        if len(g["examples"]) < EXAMPLES_KEPT:
+            g["examples"].append(e.source)
+
+    def to_json(self) -> dict[str, Any]:
+        groups = [
+            {"status": s, "class": c or None, "model": m or None, "node": n or None, **g}
+            for (s, c, m, n), g in sorted(self.groups.items(), key=lambda kv: -kv[1]["sources"])
+        ]
+        return {"schema": SCHEMA, "event": "summary", "sources": self.sources, "groups": groups}
+
+
+def run_stream(
+    inputs: list[str],
+    sessions: Sessions,
+    key: str | None = None,
+    text_source: str = "-",
+    only: set[str] | None = None,
+    summary: bool = False,
+    out: IO[str] | None = None,
+) -> int:
+    """Read every input to its end; exit code 1 when a source failed, else 0."""
+    out = out or sys.stdout
+    reader = RecordReader(key, text_source)
+    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
+    t = threading.Thread(target=_reader, args=(_open_inputs(inputs), q), daemon=True)
+    t.start()
+    failed: set[str] = set()
+    roll = Summary()
+
+    def emit(events: list[Event]) -> None:
+        for e in events:
+            if e.status == "failed" and e.kind in ("failed", "closed", "finding"):
+                failed.add(e.source)
+            if e.kind == "closed":
+                roll.take(e)
+            if only is None or e.kind in only:
+                out.write(json.dumps(e.to_json(), ensure_ascii=False) + "\n")
+        if events:
+            out.flush()
+
+    last_tick = time.monotonic()
+    while True:
+        try:
+            item = q.get(timeout=TICK_S)
+        except queue.Empty:
+            item = None
+        now = time.monotonic()
+        if now - last_tick >= TICK_S:  # quiet or not, time passes for every source
+            last_tick = now
+            emit(sessions.tick())
+        if item is None:
+            continue
+        if item is _END:
+            break
+        if isinstance(item, InputError):
+            raise item
+        for rec in reader.read(item.decode("utf-8", "replace")):
+            for line in rec.lines:
+                emit(sessions.feed_line(rec.source, line, rec.labels))
+    emit(sessions.close_all())
+    if summary:
+        out.write(json.dumps(roll.to_json(), ensure_ascii=False) + "\n")
+        out.flush()
+    return 1 if failed else 0
