@@ -48,6 +48,9 @@ class Evidence:
     snapshot_error: DeviceError | None = None  # --gpus said the driver fails
     extra: list[Finding] = field(default_factory=list)  # findings of the caller (a live run's hang)
     shape: ModelShape | None = None  # --config
+    # the log was written on this host (scan, watch, run): who holds its port can be asked here;
+    # a stream's records come from other machines
+    local: bool = True
 
 
 @dataclass(slots=True)
@@ -90,8 +93,11 @@ def diagnose(
     extra: list[Finding] | None = None,
     shape: ModelShape | None = None,
     show_secrets: bool = False,
+    local: bool = True,
 ) -> Diagnosis:
-    evidence = Evidence(result, know, source_name, engine, snapshot, snapshot_error, list(extra or []), shape)
+    evidence = Evidence(
+        result, know, source_name, engine, snapshot, snapshot_error, list(extra or []), shape, local
+    )
     d = conclude(advise_changes(cross_check(triage(find(evidence)))))
     return d if show_secrets else redact(d)
 
@@ -259,7 +265,9 @@ def advise_changes(t: Triaged) -> Advised:
         observed=observed_at(result, primary),
         device=t.found.device,
         shape=ev.shape,
-        ports=host_ports(primary, result, know.profiles, engine) if primary.cls == "port_in_use" else None,
+        ports=host_ports(primary, result, know.profiles, engine)
+        if primary.cls == "port_in_use" and ev.local
+        else None,
     )
     return Advised(t, changes)
 

@@ -197,10 +197,11 @@ class StreamSession:
         return self._diagnosis(final=self.closed)
 
     def _diagnosis(self, final: bool) -> Diagnosis:
+        # local=False: the server ran elsewhere, so this host's ports say nothing about it
         if not final:
-            return diagnose(self.scanner.snapshot(), self.know, self.source, self.engine)
+            return diagnose(self.scanner.snapshot(), self.know, self.source, self.engine, local=False)
         if self._final is None:  # the scan ends once: finish() closes what is open
-            self._final = diagnose(self.scanner.finish(), self.know, self.source, self.engine)
+            self._final = diagnose(self.scanner.finish(), self.know, self.source, self.engine, local=False)
         return self._final
 
     # --- events ----------------------------------------------------------------------------
@@ -227,24 +228,24 @@ class StreamSession:
         now = self.clock()
         timeline = sc.server.timeline
         hits = sc.book.recorded
-        grown = len(timeline) > self._phases_told or hits != self._hits_seen
+        new_phases = timeline[self._phases_told :]
+        grown = bool(new_phases) or hits != self._hits_seen
         waiting = self._failed_since is not None and self._told[0] != "failed"
         if grown:
             self._progress_at = now
             self._hang_told = None
-        if not (grown or waiting or final or self.budgets):
-            return []
-        events: list[Event] = []
+        events = [
+            Event("phase", self.source, self._told[0], m.phase, m.line, m.time, labels=self.labels)
+            for m in new_phases
+        ]
+        self._phases_told = len(timeline)
+        # the diagnosis (all the stages) only when a verdict can have changed: a new hit, the
+        # server ready, a failure waiting for its cause, the end
+        asks = hits != self._hits_seen or any(m.phase in ("ready", "serving") for m in new_phases)
         d: Diagnosis | None = None
-        if grown or waiting or final:
+        if asks or waiting or final:
             d = self._diagnosis(final=final)
-            for mark in timeline[self._phases_told :]:
-                events.append(
-                    Event(
-                        "phase", self.source, d.status, mark.phase, mark.line, mark.time, labels=self.labels
-                    )
-                )
-            self._phases_told, self._hits_seen = len(timeline), hits
+            self._hits_seen = hits
             events += self._verdicts(d, now, final)
         hang = self._hang(now, d)
         if hang is not None:
