@@ -365,6 +365,13 @@ def run(
             help="Seconds a server may keep running after a fatal verdict before its process group is stopped.",
         ),
     ] = 30.0,
+    termination_log: Annotated[
+        str | None,
+        typer.Option(
+            "--termination-log",
+            help="Write the one-line verdict here at the end (Kubernetes: /dev/termination-log, ≤ 4 KB).",
+        ),
+    ] = None,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
 ) -> None:
@@ -378,6 +385,14 @@ def run(
         raise typer.BadParameter("give the server command after --, e.g. diagnose run -- vllm serve MODEL")
     _at_least("--timeout", timeout, 0.001)
     _at_least("--grace", grace, 0)
+    if termination_log is not None:
+        try:  # refused now, before the server starts, not after it has run for an hour
+            with open(termination_log, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            raise InputError(
+                f"{termination_log}: cannot write the termination log: {e.strerror or e}"
+            ) from None
     session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
     session = session_cls(load_knowledge(rules), log or "server", **kwargs)
     console = _console()
@@ -414,6 +429,13 @@ def run(
         rc = EXIT_FOUND  # already printed in full
     else:
         rc = _finish_live(verdict, json_out, console, started)
+    if termination_log is not None:
+        from .termination import message, write
+
+        try:
+            write(termination_log, message(verdict.diagnosis, verdict.kind))
+        except OSError as e:
+            say_error(f"{termination_log}: cannot write the termination log: {e.strerror or e}")
     if not json_out:
         console.print(
             Text(

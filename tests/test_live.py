@@ -608,3 +608,58 @@ def test_run_ctrl_c_of_a_two_process_server_is_a_stop_whichever_speaks_first(cli
     assert proc.returncode == 0, (doc["status"], doc.get("primary"))
     assert doc["status"] != "failed"
     assert any(f["class"] == "stop" for f in doc["findings"])
+
+
+def test_run_termination_log_holds_the_one_line_verdict(cli, tmp_path):
+    """What the kubelet shows in the pod status: one line, the class, the evidence, the change."""
+    script = tmp_path / "server.sh"
+    script.write_text(f"#!/bin/sh\ncat {LOGS / 'vllm' / 'kv-cache-too-small-v1.log'}\nexit 1\n")
+    script.chmod(0o755)
+    term = tmp_path / "termination-log"
+    p = subprocess.run(
+        [*cli, "run", "--quiet", "--termination-log", str(term), "--", str(script)],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 1
+    text = term.read_text(encoding="utf-8")
+    assert text.endswith("\n") and text.count("\n") == 1 and len(text.encode()) <= 4096
+    assert text.startswith("diagnose: failed")
+    assert "kv_cache_too_small" in text and "next: --max-model-len 72704 (was 131072)" in text
+
+
+def test_run_termination_log_of_a_server_stopped_after_ready(cli, tmp_path):
+    script = _ready_server(tmp_path, 30)
+    term = tmp_path / "termination-log"
+    p = subprocess.run(
+        [*cli, "run", "--quiet", "--timeout", "2", "--termination-log", str(term), "--", str(script)],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0 and term.read_text(encoding="utf-8").startswith("diagnose: ready")
+
+
+def test_run_refuses_an_unwritable_termination_log_before_starting(cli, tmp_path):
+    marker = tmp_path / "started"
+    p = subprocess.run(
+        [*cli, "run", "--termination-log", "/proc/no/such/dir/log", "--", "touch", str(marker)],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert p.returncode == 2 and b"termination log" in p.stderr and not marker.exists()
+
+
+def test_a_termination_message_is_cut_to_the_kubelets_limit_on_a_character(know):
+    from diagnose.termination import LIMIT, fit, message
+
+    long = "é" * 5000
+    assert len(fit(long).encode()) <= LIMIT and fit(long).endswith("…")
+    from diagnose.pipeline import scan_paths
+
+    d = scan_paths([str(LOGS / "vllm" / "kv-cache-too-small-v1.log")], know)
+    d.primary.evidence = "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789AB " + "x" * 10_000
+    msg = message(d, "fatal")
+    assert len((msg + "\n").encode()) <= LIMIT and "\n" not in msg and "hf_abcdefghij" not in msg
