@@ -13,7 +13,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .errors import EXIT_FOUND, EXIT_OK, EXIT_USAGE, InputError, run_guarded, say_error, yaml_problem
+from .errors import (
+    EXIT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    InputError,
+    run_guarded,
+    say_error,
+    say_warning,
+    yaml_problem,
+)
 from .lean_typer import typer
 from .outputs import OUTPUTS
 from .scan_command import load_kb, load_knowledge, run_scan
@@ -245,6 +254,17 @@ def stream(
         bool,
         typer.Option("--summary", help="At the end, one line rolling the verdicts up by class, model, node."),
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."),
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option("--metrics-addr", help="The address to serve them on (0.0.0.0: every interface).")
+    ] = "127.0.0.1",
+    alertmanager: Annotated[
+        str | None,
+        typer.Option("--alertmanager", help="Post failures as alerts to this Alertmanager (its base URL)."),
+    ] = None,
     budget: BudgetOpt = None,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
@@ -272,7 +292,42 @@ def stream(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--budget") from None
     sessions = Sessions(load_knowledge(rules), engine, max_sessions, idle, budgets)
-    raise typer.Exit(run_stream(inputs or ["-"], sessions, key, source, only, summary))
+    sinks, poster = _fleet_sinks(metrics_port, metrics_addr, alertmanager)
+    try:
+        rc = run_stream(inputs or ["-"], sessions, key, source, only, summary, sinks=sinks)
+    finally:
+        if poster is not None:
+            poster.close()
+            for problem in poster.errors[:3]:
+                say_warning(f"alert not posted: {problem}")
+            if poster.dropped:
+                say_warning(f"{poster.dropped} alert(s) dropped: Alertmanager did not keep up")
+    raise typer.Exit(rc)
+
+
+def _fleet_sinks(port: int | None, addr: str, alertmanager: str | None):  # type: ignore[no-untyped-def]
+    """The metrics server and the alert poster a fleet command was asked for."""
+    sinks = []
+    poster = None
+    if port is not None:
+        if not 0 <= port <= 65535:
+            raise typer.BadParameter(f"{port} is not a port", param_hint="--metrics-port")
+        from .alerts import StreamMetrics
+
+        metrics = StreamMetrics()
+        try:
+            metrics.serve(port, addr)
+        except OSError as e:
+            raise InputError(f"--metrics-port {port}: cannot listen on {addr}: {e.strerror or e}") from None
+        sinks.append(metrics.take)
+    if alertmanager is not None:
+        if not alertmanager.startswith(("http://", "https://")):
+            raise typer.BadParameter(f"{alertmanager!r} is not an http(s) URL", param_hint="--alertmanager")
+        from .alerts import AlertPoster
+
+        poster = AlertPoster(alertmanager)
+        sinks.append(lambda e, _n: poster.take(e))
+    return sinks, poster
 
 
 @app.command()

@@ -14,7 +14,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from .errors import InputError
@@ -114,8 +114,10 @@ def run_stream(
     only: set[str] | None = None,
     summary: bool = False,
     out: IO[str] | None = None,
+    sinks: Iterable[Callable[[Event, int], None]] = (),
 ) -> int:
-    """Read every input to its end; exit code 1 when a source failed, else 0."""
+    """Read every input to its end; exit code 1 when a source failed, else 0. `sinks` are
+    told every event (and how many sources are open): metrics, alerts."""
     out = out or sys.stdout
     reader = RecordReader(key, text_source)
     q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
@@ -124,8 +126,12 @@ def run_stream(
     failed: set[str] = set()
     roll = Summary()
 
+    sinks = list(sinks)
+
     def emit(events: list[Event]) -> None:
         for e in events:
+            for sink in sinks:
+                sink(e, len(sessions))
             if e.status == "failed" and e.kind in ("failed", "closed", "finding"):
                 failed.add(e.source)
             if e.kind == "closed":
