@@ -225,6 +225,36 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
     return EXIT_FOUND
 
 
+# the options of the fleet commands (stream, watch --glob), named once
+MaxSessionsOpt = Annotated[
+    int, typer.Option("--max-sessions", help="Sources followed at once (the idlest is closed beyond).")
+]
+IdleCloseOpt = Annotated[
+    float | None, typer.Option("--idle", help="Close a source quiet for S seconds (its final verdict).")
+]
+EventsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--events",
+        help="Only these events, comma-separated (phase,finding,ready,failed,stopped,hang,closed).",
+    ),
+]
+SummaryOpt = Annotated[
+    bool,
+    typer.Option("--summary", help="At the end, one line rolling the verdicts up by class, model, node."),
+]
+MetricsPortOpt = Annotated[
+    int | None, typer.Option("--metrics-port", help="Serve Prometheus metrics on this port (/metrics).")
+]
+MetricsAddrOpt = Annotated[
+    str, typer.Option("--metrics-addr", help="The address to serve them on (0.0.0.0: every interface).")
+]
+AlertmanagerOpt = Annotated[
+    str | None,
+    typer.Option("--alertmanager", help="Post failures as alerts to this Alertmanager (its base URL)."),
+]
+
+
 @app.command()
 def stream(
     inputs: Annotated[
@@ -237,102 +267,95 @@ def stream(
         ),
     ] = None,
     source: Annotated[str, typer.Option("--source", help="The name of plain-text and CRI input.")] = "-",
-    max_sessions: Annotated[
-        int, typer.Option("--max-sessions", help="Sources followed at once (the idlest is closed beyond).")
-    ] = 10_000,
-    idle: Annotated[
-        float | None, typer.Option("--idle", help="Close a source quiet for S seconds (its final verdict).")
-    ] = None,
-    events: Annotated[
-        str | None,
-        typer.Option(
-            "--events",
-            help="Only these events, comma-separated (phase,finding,ready,failed,stopped,hang,closed).",
-        ),
-    ] = None,
-    summary: Annotated[
-        bool,
-        typer.Option("--summary", help="At the end, one line rolling the verdicts up by class, model, node."),
-    ] = False,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option("--metrics-port", help="Serve Prometheus metrics on this port (/metrics)."),
-    ] = None,
-    metrics_addr: Annotated[
-        str, typer.Option("--metrics-addr", help="The address to serve them on (0.0.0.0: every interface).")
-    ] = "127.0.0.1",
-    alertmanager: Annotated[
-        str | None,
-        typer.Option("--alertmanager", help="Post failures as alerts to this Alertmanager (its base URL)."),
-    ] = None,
+    max_sessions: MaxSessionsOpt = 10_000,
+    idle: IdleCloseOpt = None,
+    events: EventsOpt = None,
+    summary: SummaryOpt = False,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "127.0.0.1",
+    alertmanager: AlertmanagerOpt = None,
     budget: BudgetOpt = None,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
 ) -> None:
     """Log records of many servers in (Vector, Fluent Bit, OTLP, Loki, CRI, text): a JSON verdict line per change of each."""
-    from .live import parse_budgets
-    from .stream import EVENT_KINDS, Sessions
     from .stream_command import run_stream
 
-    _at_least("--max-sessions", max_sessions, 1)
-    _at_least("--idle", idle, 0.001)
-    only = None
-    if events is not None:
-        only = {e.strip() for e in events.split(",") if e.strip()}
-        unknown = sorted(only - set(EVENT_KINDS))
-        if unknown:
-            raise typer.BadParameter(
-                f"unknown event {', '.join(unknown)} (events: {', '.join(EVENT_KINDS)})",
-                param_hint="--events",
-            )
-    try:
-        budgets = (
-            parse_budgets(budget) if budget else None
-        )  # hangs only when asked: a replay runs faster than time
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--budget") from None
-    sessions = Sessions(load_knowledge(rules), engine, max_sessions, idle, budgets)
-    sinks, poster = _fleet_sinks(metrics_port, metrics_addr, alertmanager)
-    try:
-        rc = run_stream(inputs or ["-"], sessions, key, source, only, summary, sinks=sinks)
-    finally:
-        if poster is not None:
-            poster.close()
-            for problem in poster.errors[:3]:
-                say_warning(f"alert not posted: {problem}")
-            if poster.dropped:
-                say_warning(f"{poster.dropped} alert(s) dropped: Alertmanager did not keep up")
-    raise typer.Exit(rc)
+    fleet = _Fleet(max_sessions, idle, events, summary, metrics_port, metrics_addr, alertmanager, budget)
+    raise typer.Exit(
+        fleet.run(
+            lambda sessions, out: run_stream(inputs or ["-"], sessions, key, source, out), engine, rules
+        )
+    )
 
 
-def _fleet_sinks(port: int | None, addr: str, alertmanager: str | None):  # type: ignore[no-untyped-def]
-    """The metrics server and the alert poster a fleet command was asked for."""
-    sinks = []
-    poster = None
-    if port is not None:
-        if not 0 <= port <= 65535:
-            raise typer.BadParameter(f"{port} is not a port", param_hint="--metrics-port")
-        from .alerts import StreamMetrics
+class _Fleet:
+    """What `stream` and `watch --glob` share: the sessions, the output, metrics and alerts."""
 
-        metrics = StreamMetrics()
-        try:
-            metrics.serve(port, addr)
-        except OSError as e:
-            raise InputError(f"--metrics-port {port}: cannot listen on {addr}: {e.strerror or e}") from None
-        sinks.append(metrics.take)
-    if alertmanager is not None:
-        if not alertmanager.startswith(("http://", "https://")):
+    def __init__(self, max_sessions, idle, events, summary, metrics_port, metrics_addr, alertmanager, budget):  # type: ignore[no-untyped-def]
+        from .live import parse_budgets
+        from .stream import EVENT_KINDS
+
+        _at_least("--max-sessions", max_sessions, 1)
+        _at_least("--idle", idle, 0.001)
+        self.only = None
+        if events is not None:
+            self.only = {e.strip() for e in events.split(",") if e.strip()}
+            unknown = sorted(self.only - set(EVENT_KINDS))
+            if unknown:
+                raise typer.BadParameter(
+                    f"unknown event {', '.join(unknown)} (events: {', '.join(EVENT_KINDS)})",
+                    param_hint="--events",
+                )
+        try:  # hangs only when asked: a replay runs faster than time
+            self.budgets = parse_budgets(budget) if budget else None
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--budget") from None
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise typer.BadParameter(f"{metrics_port} is not a port", param_hint="--metrics-port")
+        if alertmanager is not None and not alertmanager.startswith(("http://", "https://")):
             raise typer.BadParameter(f"{alertmanager!r} is not an http(s) URL", param_hint="--alertmanager")
-        from .alerts import AlertPoster
+        self.max_sessions, self.idle, self.summary = max_sessions, idle, summary
+        self.metrics_port, self.metrics_addr, self.alertmanager = metrics_port, metrics_addr, alertmanager
 
-        poster = AlertPoster(alertmanager)
-        sinks.append(lambda e, _n: poster.take(e))
-    return sinks, poster
+    def run(self, body, engine, rules) -> int:  # type: ignore[no-untyped-def]
+        """`body(sessions, output)` with the sinks running; problems posting said at the end."""
+        from .stream import Sessions
+        from .stream_command import Output
+
+        sessions = Sessions(load_knowledge(rules), engine, self.max_sessions, self.idle, self.budgets)
+        sinks = []
+        poster = None
+        if self.metrics_port is not None:
+            from .alerts import StreamMetrics
+
+            metrics = StreamMetrics()
+            try:
+                metrics.serve(self.metrics_port, self.metrics_addr)
+            except OSError as e:
+                raise InputError(
+                    f"--metrics-port {self.metrics_port}: cannot listen on {self.metrics_addr}: {e.strerror or e}"
+                ) from None
+            sinks.append(metrics.take)
+        if self.alertmanager is not None:
+            from .alerts import AlertPoster
+
+            poster = AlertPoster(self.alertmanager)
+            sinks.append(lambda e, _n: poster.take(e))
+        try:
+            return int(body(sessions, Output(self.only, self.summary, sinks=sinks)))
+        finally:
+            if poster is not None:
+                poster.close()
+                for problem in poster.errors[:3]:
+                    say_warning(f"alert not posted: {problem}")
+                if poster.dropped:
+                    say_warning(f"{poster.dropped} alert(s) dropped: Alertmanager did not keep up")
 
 
 @app.command()
 def watch(
-    file: Annotated[str, typer.Argument(help="The log to follow (it may not exist yet).")],
+    file: Annotated[str | None, typer.Argument(help="The log to follow (it may not exist yet).")] = None,
     follow: Annotated[
         bool, typer.Option("--follow", help="Keep watching after ready, for runtime failures.")
     ] = False,
@@ -346,9 +369,46 @@ def watch(
     gpus: Annotated[
         str | None, typer.Option("--gpus", help="nvidia-smi output to cross-check against.")
     ] = None,
+    glob: Annotated[
+        str | None,
+        typer.Option(
+            "--glob",
+            help="Node agent: follow every file matching this pattern (e.g. '/var/log/pods/*/*/*.log'), "
+            "a session per container, JSON verdict lines as `stream`.",
+        ),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", help="With --glob: seconds between looks at the files.")
+    ] = 1.0,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="With --glob: the node's name in the labels (default: $NODE_NAME)."),
+    ] = None,
+    max_sessions: MaxSessionsOpt = 10_000,
+    idle: IdleCloseOpt = None,
+    events: EventsOpt = None,
+    metrics_port: MetricsPortOpt = None,
+    metrics_addr: MetricsAddrOpt = "127.0.0.1",
+    alertmanager: AlertmanagerOpt = None,
 ) -> None:
     """Follow a startup log live: phases as they pass, a verdict on the first fatal line, ready, or a hang."""
     import time
+
+    if glob is not None:
+        if file is not None:
+            raise typer.BadParameter("give a FILE or --glob PATTERN, not both", param_hint="--glob")
+        from .node_agent import NodeAgent
+        from .stream_command import run_agent
+
+        _at_least("--interval", interval, 0.01)
+        _at_least("--timeout", timeout, 0.001)
+        fleet = _Fleet(max_sessions, idle, events, False, metrics_port, metrics_addr, alertmanager, budget)
+        agent = NodeAgent(glob, from_end=from_end, node=node)
+        raise typer.Exit(
+            fleet.run(lambda sessions, out: run_agent(agent, sessions, out, interval, timeout), engine, rules)
+        )
+    if file is None:
+        raise typer.BadParameter("give the log to follow (or --glob PATTERN for every log of a node)")
 
     if os.path.isdir(file):
         raise InputError(f"{file}: is a directory, not a log file")

@@ -122,6 +122,12 @@ class RecordReader:
             self.shapes[r.shape] = self.shapes.get(r.shape, 0) + 1
             yield r
 
+    def joined(self, r: Record) -> Record:
+        """A record read elsewhere (a followed file's lines), its CRI lines joined."""
+        r.lines = self._join_partials(r)
+        self.shapes[r.shape] = self.shapes.get(r.shape, 0) + 1
+        return r
+
     def _join_partials(self, r: Record) -> list[str]:
         """CRI lines inside any record (a node agent's file, or a pipeline that kept them raw)."""
         out: list[str] = []

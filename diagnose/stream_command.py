@@ -15,10 +15,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import IO, Any
 
 from .errors import InputError
-from .records import RecordReader
+from .node_agent import NodeAgent
+from .records import Record, RecordReader
 from .stream import SCHEMA, Event, Sessions
 
 QUEUE_LINES = 4096  # input lines read ahead of the scan, at most
@@ -106,27 +108,60 @@ class Summary:
         return {"schema": SCHEMA, "event": "summary", "sources": self.sources, "groups": groups}
 
 
+@dataclass
+class Output:
+    """Where verdicts go: JSON lines (only the kinds asked for), the sinks, the summary."""
+
+    only: set[str] | None = None
+    summary: bool = False
+    out: IO[str] | None = None
+    sinks: Iterable[Callable[[Event, int], None]] = ()
+
+
 def run_stream(
     inputs: list[str],
     sessions: Sessions,
     key: str | None = None,
     text_source: str = "-",
-    only: set[str] | None = None,
-    summary: bool = False,
-    out: IO[str] | None = None,
-    sinks: Iterable[Callable[[Event, int], None]] = (),
+    output: Output | None = None,
 ) -> int:
-    """Read every input to its end; exit code 1 when a source failed, else 0. `sinks` are
-    told every event (and how many sources are open): metrics, alerts."""
-    out = out or sys.stdout
-    reader = RecordReader(key, text_source)
+    """Read every input to its end; exit code 1 when a source failed, else 0."""
     q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
-    t = threading.Thread(target=_reader, args=(_open_inputs(inputs), q), daemon=True)
-    t.start()
+    threading.Thread(target=_reader, args=(_open_inputs(inputs), q), daemon=True).start()
+    return consume(q, sessions, RecordReader(key, text_source), output or Output())
+
+
+def run_agent(
+    agent: NodeAgent, sessions: Sessions, output: Output, poll_s: float, timeout: float | None
+) -> int:
+    """The node agent: poll the files, feed their records; until `timeout` (None: for ever)."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
+
+    def produce() -> None:
+        ends = None if timeout is None else time.monotonic() + timeout
+        try:
+            while ends is None or time.monotonic() < ends:
+                for rec in agent.poll():
+                    q.put(rec)  # blocks when the scan is behind: the files wait, not memory
+                while agent.closed_sources:
+                    q.put(("close", agent.closed_sources.pop(0)))
+                time.sleep(poll_s)
+        finally:
+            agent.close()
+            q.put(_END)
+
+    threading.Thread(target=produce, daemon=True).start()
+    return consume(q, sessions, RecordReader(), output)
+
+
+def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, output: Output) -> int:
+    """The main loop: records in, events out; a tick a second whether input comes or not.
+    Queue items: an input line (bytes), a Record, ("close", source), an InputError, _END."""
+    out = output.out or sys.stdout
+    only = output.only
+    sinks = list(output.sinks)
     failed: set[str] = set()
     roll = Summary()
-
-    sinks = list(sinks)
 
     def emit(events: list[Event]) -> None:
         for e in events:
@@ -157,11 +192,19 @@ def run_stream(
             break
         if isinstance(item, InputError):
             raise item
-        for rec in reader.read(item.decode("utf-8", "replace")):
+        if isinstance(item, tuple):
+            emit(sessions.close(item[1]))
+            continue
+        records = (
+            [reader.joined(item)]
+            if isinstance(item, Record)
+            else reader.read(item.decode("utf-8", "replace"))
+        )
+        for rec in records:
             for line in rec.lines:
                 emit(sessions.feed_line(rec.source, line, rec.labels))
     emit(sessions.close_all())
-    if summary:
+    if output.summary:
         out.write(json.dumps(roll.to_json(), ensure_ascii=False) + "\n")
         out.flush()
     return 1 if failed else 0
