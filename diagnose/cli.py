@@ -354,6 +354,60 @@ class _Fleet:
 
 
 @app.command()
+def k8s(
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="The namespace of the pods.")
+    ] = "default",
+    selector: Annotated[
+        str | None, typer.Option("--selector", "-l", help="A label selector, e.g. app=vllm.")
+    ] = None,
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option("--kubeconfig", help="The kubeconfig (default: in-cluster, then ~/.kube/config)."),
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="The kubeconfig context.")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object a container (a JSON array).")
+    ] = False,
+    emit_events: Annotated[
+        bool, typer.Option("--emit-events", help="Also write each verdict as a Kubernetes Event on its pod.")
+    ] = False,
+    rules: RulesOpt = None,
+) -> None:
+    """Pods of an inference server: each container's log (the previous one after a restart), its last termination and the pod's events, joined into one verdict."""
+    import json
+
+    from .k8s import api_client, emit_event, examine
+    from .termination import fit
+
+    api = api_client(kubeconfig, context)
+    verdicts = examine(api, load_knowledge(rules), namespace, selector)
+    if emit_events:
+        for v in verdicts:
+            try:
+                emit_event(api, v, fit(f"diagnose: {v.status} {v.cls or ''}: {v.evidence}", 1024))
+            except Exception as e:  # an API refusal (RBAC) is said, the verdicts still printed
+                say_warning(f"event not written on {v.namespace}/{v.pod}: {getattr(e, 'reason', e)}")
+    if json_out:
+        print(json.dumps([v.to_json() for v in verdicts], ensure_ascii=False, indent=2))
+    elif not verdicts:
+        print(f"no pods in {namespace}" + (f" with {selector}" if selector else ""))
+    else:
+        rows = []
+        for v in verdicts:
+            ch = v.change or {}
+            change = f"{ch.get('flag', '')} {ch.get('to', '')}".strip() + (
+                f" (was {ch['from']})" if ch.get("from") else ""
+            )
+            rows.append(
+                (v.pod, v.container, v.status, v.cls or "—", v.phase or "—", str(v.restarts), change or "—")
+            )
+        _print_columns(("pod", "container", "status", "class", "phase", "restarts", "next change"), rows)
+    bad = any(v.status in ("failed", "pending", "degraded") for v in verdicts)
+    raise typer.Exit(EXIT_FOUND if bad else EXIT_OK)
+
+
+@app.command()
 def watch(
     file: Annotated[str | None, typer.Argument(help="The log to follow (it may not exist yet).")] = None,
     follow: Annotated[
