@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Many sources in one process: the streaming library API and `diagnose stream`.
 
-1. N sessions (default 1,000) interleaved in one process through `diagnose.stream.Sessions`,
-   each fed a log of the fixtures (cycling through them), one line at a time in round-robin:
-   total lines per second, and memory per open session (tracemalloc: what the sessions hold
-   once every line is fed, before they close), against feeding the same lines to one session.
-2. `diagnose stream` on the same lines as Vector records over N sources: records per second
-   (whole process, start-up included), against `python -c pass`... and `jq -c .` when present.
+Two workloads: `serving` (a fleet in steady state: each source a vLLM server's startup, then
+its request and stats lines, from bench/gen_log.py) and `startup` (the fixture logs' first
+lines, nearly every one a candidate line: the worst case).
 
-Usage: bench/sessions.py [--sessions 1000] [--lines 200]
+1. N sessions (default 1,000) interleaved in one process through `diagnose.stream.Sessions`,
+   one line at a time in round-robin: total lines per second (timed without tracemalloc), then
+   memory per open session (tracemalloc, a second run: what the sessions hold once every line
+   is fed, before they close).
+2. `diagnose stream` on the same lines as Vector records over N sources: records per second
+   (whole process, start-up included), beside `jq -c .` on the same records when present.
+
+Usage: bench/sessions.py [--sessions 1000] [--lines 1000] [--workload serving|startup]
 """
 
 from __future__ import annotations
@@ -30,9 +34,17 @@ from diagnose.knowledge import Knowledge  # noqa: E402
 from diagnose.stream import Sessions  # noqa: E402
 
 
-def workload(n_sources: int, per_source: int) -> list[tuple[str, str]]:
-    logs = sorted((ROOT / "fixtures" / "logs").glob("*/*.log"))
-    texts = [p.read_text(encoding="utf-8").splitlines() for p in logs]
+def workload(n_sources: int, per_source: int, kind: str = "startup") -> list[tuple[str, str]]:
+    if kind == "serving":
+        with tempfile.TemporaryDirectory() as d:
+            log = Path(d) / "serving.log"
+            subprocess.run([sys.executable, str(ROOT / "bench" / "gen_log.py"), str(log), "8"], check=True)
+            lines = log.read_text(encoding="utf-8").splitlines()
+        head = next(i for i, x in enumerate(lines) if "POST /v1/" in x)  # the startup, then serving
+        texts = [lines[:head] + lines[head + 997 * i : head + 997 * i + per_source] for i in range(16)]
+    else:
+        logs = sorted((ROOT / "fixtures" / "logs").glob("*/*.log"))
+        texts = [p.read_text(encoding="utf-8").splitlines() for p in logs]
     feeds = []
     for i in range(n_sources):
         lines = texts[i % len(texts)]
@@ -48,14 +60,12 @@ def workload(n_sources: int, per_source: int) -> list[tuple[str, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=1000)
-    ap.add_argument("--lines", type=int, default=200, help="lines per source")
+    ap.add_argument("--lines", type=int, default=1000, help="lines per source")
+    ap.add_argument("--workload", choices=("serving", "startup"), default="serving")
     a = ap.parse_args()
     know = Knowledge.load(None)
-    lines = workload(a.sessions, a.lines)
+    lines = workload(a.sessions, a.lines, a.workload)
 
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
     sessions = Sessions(know, max_sessions=a.sessions)
     t = time.perf_counter()
     for source, line in lines:
@@ -63,21 +73,24 @@ def main() -> None:
     for s in sessions.sessions():
         s.flush()
     fed = time.perf_counter() - t
-    held = tracemalloc.get_traced_memory()[0] - base
-    tracemalloc.stop()
     t = time.perf_counter()
     sessions.close_all()
     closing = time.perf_counter() - t
-    print(f"{a.sessions} sessions interleaved, {len(lines):,} lines")
+    print(f"{a.workload}: {a.sessions} sessions interleaved, {len(lines):,} lines")
     print(f"  fed in {fed:.2f} s: {len(lines) / fed:,.0f} lines/s; closing all: {closing:.2f} s")
-    print(f"  held while open: {held / a.sessions / 1024:.0f} KiB per session (tracemalloc)")
 
-    one = Sessions(know)
-    t = time.perf_counter()
-    for _source, line in lines:
-        one.feed_line("one", line)
-    one.close_all()
-    print(f"  the same lines through one session: {len(lines) / (time.perf_counter() - t):,.0f} lines/s")
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    sessions = Sessions(know, max_sessions=a.sessions)
+    for source, line in lines:
+        sessions.feed_line(source, line)
+    for s in sessions.sessions():
+        s.flush()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    sessions.close_all()
+    print(f"  held while open: {held / a.sessions / 1024:.0f} KiB per session (tracemalloc)")
 
     work = Path(tempfile.mkdtemp(prefix="diagnose-sessions-"))
     records = work / "records.jsonl"

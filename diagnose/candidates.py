@@ -143,13 +143,19 @@ class Candidates:
         return (
             self._index is None
             or self.lacking
-            or (self.dirty and self.wasted >= REFIND_AFTER)
+            or (self.dirty and (self.wasted >= REFIND_AFTER or self._built_already()))
             or (not self._dfa and self._fed >= DFA_AFTER)
         )
 
     def refind_now(self) -> bool:
-        """Markers revived (a restart), or retired ones wasting time: search the rest anew."""
-        return self.lacking or (self.dirty and self.wasted >= REFIND_AFTER)
+        """Markers revived (a restart), or retired ones wasting time, or an index without them
+        already built (by an earlier run or another session): search the rest anew."""
+        return self.lacking or (self.dirty and (self.wasted >= REFIND_AFTER or self._built_already()))
+
+    def _built_already(self) -> bool:
+        """An index for the markers retired now exists: switching to it costs nothing (many
+        sessions of one process retire the same markers in the same order)."""
+        return (frozenset(self.retired), self._dfa) in self._built
 
     def build(self) -> None:
         self.wasted = 0
