@@ -41,6 +41,22 @@ class Record:
     shape: str  # vector / fluent-bit / otlp / loki / cri / keyed / text
 
 
+_KNOWN: dict[tuple[Any, ...], tuple[str, dict[str, str]]] = {}  # identity by its raw fields
+KNOWN_MAX = 100_000
+
+
+def _known(key: tuple[Any, ...], raw: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The source and labels of a record's identity fields, worked out once per identity (a
+    pipeline repeats them on every record of a pod); the same labels dict each time."""
+    got = _KNOWN.get(key)
+    if got is None:
+        if len(_KNOWN) >= KNOWN_MAX:
+            _KNOWN.clear()
+        labels = _clean(raw)
+        got = _KNOWN[key] = (_identity(labels), labels)
+    return got
+
+
 def _identity(labels: dict[str, str]) -> str:
     parts = [labels.get(k, "") for k in ("namespace", "pod", "container")]
     return "/".join(p for p in parts if p) or labels.get("service", "") or "-"
@@ -132,7 +148,8 @@ class RecordReader:
         """CRI lines inside any record (a node agent's file, or a pipeline that kept them raw)."""
         out: list[str] = []
         for text in r.lines:
-            m = _CRI.match(text)
+            # a CRI line starts with its year: the regex only for those
+            m = _CRI.match(text) if text[:2] == "20" else None
             if m is None:
                 out.append(text)
                 continue
@@ -155,24 +172,20 @@ class RecordReader:
         k8s = obj.get("kubernetes")
         if isinstance(k8s, dict) and ("message" in obj or "log" in obj):
             if "message" in obj:  # Vector
-                labels = _clean(
-                    {
-                        "namespace": k8s.get("pod_namespace"),
-                        "pod": k8s.get("pod_name"),
-                        "container": k8s.get("container_name"),
-                        "node": k8s.get("pod_node_name"),
-                    }
+                ns, pod = k8s.get("pod_namespace"), k8s.get("pod_name")
+                container, node = k8s.get("container_name"), k8s.get("pod_node_name")
+                source, labels = _known(
+                    ("v", ns, pod, container, node),
+                    {"namespace": ns, "pod": pod, "container": container, "node": node},
                 )
-                return iter([Record(_identity(labels), labels, _text_lines(obj["message"]), "vector")])
-            labels = _clean(  # Fluent Bit
-                {
-                    "namespace": k8s.get("namespace_name"),
-                    "pod": k8s.get("pod_name"),
-                    "container": k8s.get("container_name"),
-                    "node": k8s.get("host"),
-                }
+                return iter([Record(source, labels, _text_lines(obj["message"]), "vector")])
+            ns, pod = k8s.get("namespace_name"), k8s.get("pod_name")  # Fluent Bit
+            container, node = k8s.get("container_name"), k8s.get("host")
+            source, labels = _known(
+                ("f", ns, pod, container, node),
+                {"namespace": ns, "pod": pod, "container": container, "node": node},
             )
-            return iter([Record(_identity(labels), labels, _text_lines(obj["log"]), "fluent-bit")])
+            return iter([Record(source, labels, _text_lines(obj["log"]), "fluent-bit")])
         if "resourceLogs" in obj:
             return self._otlp_request(obj)
         if "body" in obj and ("resource" in obj or "attributes" in obj):

@@ -103,6 +103,7 @@ class StreamSession:
         self.know = know
         self.engine = engine
         self.labels = dict(labels or {})
+        self.labels_given: dict[str, str] | None = None
         self.budgets = budgets  # seconds without progress per phase before a hang; None: no hang check
         self.clock = clock
         self.scanner = Scanner(know.rules, know.profiles, engine=engine)
@@ -353,8 +354,10 @@ class Sessions:
                 events += self._open.pop(oldest).close()
                 self.evicted += 1
             s = StreamSession(source, self.know, self.engine, labels, self.budgets, self.clock)
-        elif labels:
+        elif labels and labels is not s.labels_given:
             s.labels.update(labels)
+        if labels:
+            s.labels_given = labels  # a reader hands the same dict for a source: updated once
         self._open[source] = s  # now the most recently active
         return s, events
 

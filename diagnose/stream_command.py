@@ -10,11 +10,12 @@ reported without waiting for more input.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -23,25 +24,42 @@ from .node_agent import NodeAgent
 from .records import Record, RecordReader
 from .stream import SCHEMA, Event, Sessions
 
-QUEUE_LINES = 4096  # input lines read ahead of the scan, at most
+QUEUE_BATCHES = 64  # batches of input lines read ahead of the scan, at most
 MAX_INPUT_LINE = 1 << 20  # a longer input line keeps its head
 TICK_S = 1.0
 EXAMPLES_KEPT = 5  # sources named per summary group
 _END = object()
 
 
-def _read_lines(f: IO[bytes]) -> Iterable[bytes]:
-    """Lines of at most MAX_INPUT_LINE bytes (the rest of a longer one is skipped unread)."""
+READ_SIZE = 1 << 16
+
+
+def _batches(f: IO[bytes]) -> Iterator[list[bytes]]:
+    """The input's lines, a batch for each read: what a pipe has given so far, or 64 KiB of a
+    file (a queue operation a line cost more than parsing the line). A line longer than
+    MAX_INPUT_LINE keeps its head; the rest is dropped unread into memory."""
+    fd = f.fileno()
+    head = b""  # the start of a line not yet ended
+    skipping = False  # the rest of an over-long line is being dropped
     while True:
-        line = f.readline(MAX_INPUT_LINE)
-        if not line:
-            return
-        if not line.endswith(b"\n") and len(line) >= MAX_INPUT_LINE:
-            while True:  # drop the rest of the over-long line
-                more = f.readline(MAX_INPUT_LINE)
-                if not more or more.endswith(b"\n"):
-                    break
-        yield line
+        data = os.read(fd, READ_SIZE)
+        if not data:
+            break
+        pieces = data.split(b"\n")
+        if len(pieces) == 1:  # no line ends in this read
+            if not skipping:
+                head += data
+                if len(head) >= MAX_INPUT_LINE:
+                    head, skipping = head[:MAX_INPUT_LINE], True
+            continue
+        out = [(head if skipping else head + pieces[0])[:MAX_INPUT_LINE]]
+        out += [p[:MAX_INPUT_LINE] for p in pieces[1:-1]]
+        head, skipping = pieces[-1], False
+        if len(head) >= MAX_INPUT_LINE:
+            head, skipping = head[:MAX_INPUT_LINE], True
+        yield out
+    if head:
+        yield [head]
 
 
 def _open_inputs(paths: list[str]) -> list[tuple[str, IO[bytes]]]:
@@ -63,8 +81,8 @@ def _reader(inputs: list[tuple[str, IO[bytes]]], q: queue.Queue[Any]) -> None:
     try:
         for _name, f in inputs:
             with f if f is not sys.stdin.buffer else _NoClose(f):
-                for line in _read_lines(f):
-                    q.put(line)  # blocks when the scan is behind: back-pressure
+                for batch in _batches(f):
+                    q.put(batch)  # blocks when the scan is behind: back-pressure
     except OSError as e:
         q.put(InputError(f"cannot read the input: {e.strerror or e}"))
     finally:
@@ -126,7 +144,7 @@ def run_stream(
     output: Output | None = None,
 ) -> int:
     """Read every input to its end; exit code 1 when a source failed, else 0."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
+    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_BATCHES)
     threading.Thread(target=_reader, args=(_open_inputs(inputs), q), daemon=True).start()
     return consume(q, sessions, RecordReader(key, text_source), output or Output())
 
@@ -135,7 +153,7 @@ def run_agent(
     agent: NodeAgent, sessions: Sessions, output: Output, poll_s: float, timeout: float | None
 ) -> int:
     """The node agent: poll the files, feed their records; until `timeout` (None: for ever)."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_LINES)
+    q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_BATCHES)
 
     def produce() -> None:
         ends = None if timeout is None else time.monotonic() + timeout
@@ -156,7 +174,7 @@ def run_agent(
 
 def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, output: Output) -> int:
     """The main loop: records in, events out; a tick a second whether input comes or not.
-    Queue items: an input line (bytes), a Record, ("close", source), an InputError, _END."""
+    Queue items: a batch of input lines (bytes), a Record, ("close", source), an InputError, _END."""
     out = output.out or sys.stdout
     only = output.only
     sinks = list(output.sinks)
@@ -195,14 +213,16 @@ def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, outpu
         if isinstance(item, tuple):
             emit(sessions.close(item[1]))
             continue
-        records = (
-            [reader.joined(item)]
-            if isinstance(item, Record)
-            else reader.read(item.decode("utf-8", "replace"))
-        )
+        if isinstance(item, Record):
+            records: Iterable[Record] = [reader.joined(item)]
+        else:
+            records = (rec for raw in item for rec in reader.read(raw.decode("utf-8", "replace")))
+        feed = sessions.feed_line
         for rec in records:
             for line in rec.lines:
-                emit(sessions.feed_line(rec.source, line, rec.labels))
+                events = feed(rec.source, line, rec.labels)
+                if events:
+                    emit(events)
     emit(sessions.close_all())
     if output.summary:
         out.write(json.dumps(roll.to_json(), ensure_ascii=False) + "\n")

@@ -176,3 +176,28 @@ def test_empty_and_binary_input_end_quietly(cli) -> None:
     assert r.returncode == 0 and r.stdout == b""
     r = run([*cli, "stream", "--events", "closed"], stdin=b"\x00\xff\xfe garbage \x00\n")
     assert r.returncode in (0, 1) and b"Traceback" not in r.stderr
+
+
+def test_input_lines_are_batched_per_read_and_an_over_long_line_keeps_its_head() -> None:
+    import os
+    import threading
+
+    from diagnose import stream_command
+
+    r, w = os.pipe()
+    big = b"x" * (stream_command.MAX_INPUT_LINE + 200_000)
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as f:
+            f.write(b"first\nsec")
+            f.flush()
+            f.write(b"ond\n" + big + b"\nafter\nno newline at the end")
+
+    t = threading.Thread(target=write)
+    t.start()
+    with os.fdopen(r, "rb") as f:
+        lines = [x for batch in stream_command._batches(f) for x in batch]
+    t.join()
+    assert lines[:2] == [b"first", b"second"]
+    assert lines[2] == b"x" * stream_command.MAX_INPUT_LINE
+    assert lines[3:] == [b"after", b"no newline at the end"]
