@@ -142,7 +142,13 @@ class StreamSession:
     def feed_line(self, line: str | bytes) -> list[Event]:
         """One whole line (its newline optional)."""
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
-        return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
+        if self._partial or self.closed or b"\n" in raw:
+            return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
+        # the common case, without feed()'s cutting: one line, nothing pending before it
+        self.last_active = self.clock()
+        self._pending.append(raw + b"\n")
+        self._pending_bytes += len(raw) + 1
+        return self.flush() if self._pending_bytes >= FEED_BYTES else []
 
     def _queue(self, whole: bytes) -> list[Event]:
         self._pending.append(whole)
@@ -329,7 +335,7 @@ class Sessions:
         self.idle_s = idle_s
         self.budgets = budgets
         self.clock = clock
-        self._open: dict[str, StreamSession] = {}  # in order of last activity (oldest first)
+        self._open: dict[str, StreamSession] = {}  # by source (each knows when it was last fed)
         self.evicted = 0
 
     def __len__(self) -> int:
@@ -346,19 +352,21 @@ class Sessions:
 
     def open(self, source: str, labels: dict[str, str] | None = None) -> tuple[StreamSession, list[Event]]:
         """The source's session (opened now if new) and the events of any session it displaced."""
-        s = self._open.pop(source, None)
+        s = self._open.get(source)
         events: list[Event] = []
         if s is None:
             while len(self._open) >= self.max_sessions:
-                oldest = next(iter(self._open))
+                # the idlest, found when needed (rare) rather than kept in order on every line
+                oldest = min(self._open.values(), key=lambda x: x.last_active).source
                 events += self._open.pop(oldest).close()
                 self.evicted += 1
-            s = StreamSession(source, self.know, self.engine, labels, self.budgets, self.clock)
+            s = self._open[source] = StreamSession(
+                source, self.know, self.engine, labels, self.budgets, self.clock
+            )
         elif labels and labels is not s.labels_given:
             s.labels.update(labels)
         if labels:
             s.labels_given = labels  # a reader hands the same dict for a source: updated once
-        self._open[source] = s  # now the most recently active
         return s, events
 
     def feed(self, source: str, data: bytes | str, labels: dict[str, str] | None = None) -> list[Event]:
@@ -386,9 +394,8 @@ class Sessions:
         now = self.clock()
         events: list[Event] = []
         for source, s in list(self._open.items()):
-            if now - s.last_active < self.idle_s:
-                break  # ordered by activity: the rest are more recent
-            events += self.close(source)
+            if now - s.last_active >= self.idle_s:
+                events += self.close(source)
         return events
 
     def close_all(self) -> list[Event]:
