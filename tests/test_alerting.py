@@ -172,3 +172,25 @@ def test_prometheus_scrapes_the_stream_and_the_series_read_back(cli, tmp_path: P
         stream.wait(30)
         prom.wait(10)
     assert stream.returncode == 1
+
+
+def test_fleet_option_errors_are_one_line(cli) -> None:
+    for args, said in (
+        (["--alertmanager", "alertmanager:9093"], b"not an http(s) URL"),
+        (["--metrics-port", "70000"], b"not a port"),
+        (["--idle", "0"], b"--idle"),
+    ):
+        r = subprocess.run([*cli, "stream", *args], input=b"", capture_output=True, timeout=60, cwd=ROOT)
+        assert r.returncode == 2 and said in r.stderr and r.stderr.count(b"\n") == 1, (args, r.stderr)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(
+            [*cli, "stream", "--metrics-port", str(port)],
+            input=b"",
+            capture_output=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+    assert r.returncode == 2 and b"cannot listen" in r.stderr and b"Traceback" not in r.stderr

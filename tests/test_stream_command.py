@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from diagnose.pipeline import scan_paths
 from diagnose.records import RecordReader
 
-from .conftest import FIXTURES, run
+from .conftest import FIXTURES, REAL_LOGS, ROOT, run
 
 LOGS = sorted((FIXTURES / "logs").glob("*/*.log"))
+REAL = sorted(REAL_LOGS.glob("*/log.txt")) if REAL_LOGS.is_dir() else []
 SHAPES = ("vector", "fluent-bit", "otlp", "loki", "cri")
 
 
@@ -201,3 +205,45 @@ def test_input_lines_are_batched_per_read_and_an_over_long_line_keeps_its_head()
     assert lines[:2] == [b"first", b"second"]
     assert lines[2] == b"x" * stream_command.MAX_INPUT_LINE
     assert lines[3:] == [b"after", b"no newline at the end"]
+
+
+@pytest.mark.skipif(not REAL, reason="../shared/real-logs is absent")
+def test_the_real_logs_in_five_shapes_over_133_sources_get_scan_verdicts(know, cli, tmp_path: Path) -> None:
+    """The issue's acceptance: a recorded mix of the real logs, every record shape, interleaved."""
+    rng = random.Random(5)
+    pending = {
+        i: log.read_bytes().decode("utf-8", "replace").replace("\r\n", "\n").split("\n")
+        for i, log in enumerate(REAL)
+    }
+    out_lines: list[str] = []
+    ts = 0
+    while pending:
+        i = rng.choice(list(pending))
+        ts += 1
+        take, pending[i] = pending[i][:20], pending[i][20:]  # a few lines of one source at a time
+        for line in take:
+            out_lines += _record(SHAPES[i % len(SHAPES)], i, line, ts)
+        if not pending[i]:
+            del pending[i]
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(out_lines) + "\n", encoding="utf-8")
+    r = subprocess.run(
+        [*cli, "stream", "--key", "file", "--events", "closed", str(records)],
+        capture_output=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    closed = {x["source"]: x for x in map(json.loads, r.stdout.decode().splitlines())}
+    assert len(closed) == len(REAL)
+    differ = []
+    for i, log in enumerate(REAL):
+        want = scan_paths([str(log)], know)
+        got = closed[_source_of(SHAPES[i % len(SHAPES)], i)]
+        same = got["status"] == want.status and (got["finding"] or {}).get("rule") == (
+            want.primary.rule if want.primary else None
+        )
+        if want.advice and "port" not in want.advice[0].param:
+            same = same and (got["change"] or {}).get("to") == want.advice[0].to
+        if not same:
+            differ.append(log.parent.name)
+    assert differ == []
