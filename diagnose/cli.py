@@ -180,6 +180,50 @@ BudgetOpt = Annotated[
 ]
 
 
+def _follow_until_verdict(follower, session, progress, timeout: float | None, started: float):  # type: ignore[no-untyped-def]
+    """`watch` on one file: the follower's lines into the session until a verdict (or Ctrl-C)."""
+    import time
+
+    from .live import Verdict
+
+    verdict = None
+    try:
+        while verdict is None:
+            follower.check()
+            verdict = session.check()
+            progress.update()
+            if verdict is None and timeout is not None and time.monotonic() - started > timeout:
+                follower.flush_partial()
+                verdict = Verdict("timeout", session.diagnosis(final=True))
+            if verdict is None:
+                follower.wait(0.5)
+    except KeyboardInterrupt:
+        # Ctrl-C: what the log says so far is still worth printing
+        follower.check()
+        follower.flush_partial()
+        verdict = Verdict("interrupted", session.diagnosis(final=True))
+    finally:
+        progress.stop()
+        follower.stop()
+    return verdict
+
+
+def _check_followable(file: str) -> None:
+    """A log to follow: not a directory, not binary (it may not exist yet)."""
+    if os.path.isdir(file):
+        raise InputError(f"{file}: is a directory, not a log file")
+    if os.path.isfile(file):
+        try:
+            with open(file, "rb") as fh:
+                head = fh.read(8192)
+        except OSError as e:
+            raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
+        from .lines import looks_binary
+
+        if looks_binary(head):
+            raise InputError(f"{file}: binary data, not a text log")
+
+
 def _live_setup(engine, rules, gpus, budget, follow):  # type: ignore[no-untyped-def]
     from .live import LiveSession, parse_budgets
     from .pipeline import load_snapshot
@@ -463,21 +507,9 @@ def watch(
         )
     if file is None:
         raise typer.BadParameter("give the log to follow (or --glob PATTERN for every log of a node)")
-
-    if os.path.isdir(file):
-        raise InputError(f"{file}: is a directory, not a log file")
-    if os.path.isfile(file):
-        try:
-            with open(file, "rb") as fh:
-                head = fh.read(8192)
-        except OSError as e:
-            raise InputError(f"{file}: cannot read: {e.strerror or e}") from None
-        from .lines import looks_binary
-
-        if looks_binary(head):
-            raise InputError(f"{file}: binary data, not a text log")
+    _check_followable(file)
     from .follow import Follower
-    from .live import Verdict, make_progress
+    from .live import make_progress
 
     _at_least("--timeout", timeout, 0.001)
     session_cls, kwargs, rules = _live_setup(engine, rules, gpus, budget, follow)
@@ -490,25 +522,7 @@ def watch(
         raise InputError(str(e)) from None
     progress = make_progress(session, console, json_out)
     started = time.monotonic()
-    verdict = None
-    try:
-        while verdict is None:
-            follower.check()
-            verdict = session.check()
-            progress.update()
-            if verdict is None and timeout is not None and time.monotonic() - started > timeout:
-                follower.flush_partial()
-                verdict = Verdict("timeout", session.diagnosis(final=True))
-            if verdict is None:
-                follower.wait(0.5)
-    except KeyboardInterrupt:
-        # Ctrl-C: what the log says so far is still worth printing
-        follower.check()
-        follower.flush_partial()
-        verdict = Verdict("interrupted", session.diagnosis(final=True))
-    finally:
-        progress.stop()
-        follower.stop()
+    verdict = _follow_until_verdict(follower, session, progress, timeout, started)
     raise typer.Exit(_finish_live(verdict, json_out, console, started))
 
 
@@ -554,34 +568,13 @@ def run(
         raise typer.BadParameter("give the server command after --, e.g. diagnose run -- vllm serve MODEL")
     _at_least("--timeout", timeout, 0.001)
     _at_least("--grace", grace, 0)
-    if termination_log is not None:
-        try:  # refused now, before the server starts, not after it has run for an hour
-            with open(termination_log, "a", encoding="utf-8"):
-                pass
-        except OSError as e:
-            raise InputError(
-                f"{termination_log}: cannot write the termination log: {e.strerror or e}"
-            ) from None
+    if termination_log is not None:  # refused now, before the server starts, not after an hour
+        _write_termination(termination_log, None)
     session_cls, kwargs, rules = _live_setup(engine, rules, None, budget, False)
     session = session_cls(load_knowledge(rules), log or "server", **kwargs)
     console = _console()
-    said = []
-
-    def say_now(v) -> None:  # type: ignore[no-untyped-def]
-        """The verdict the moment it is known; the server keeps running (Ctrl-C stops it)."""
-        from .render import render_text
-        from .styled import print_styled
-
-        if not json_out:
-            print_styled(render_text(v.diagnosis), console)
-            console.print(
-                Text(
-                    f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)",
-                    style="dim",
-                )
-            )
-        said.append(v)
-
+    said: list = []  # type: ignore[type-arg]
+    say_now = _say_now(console, json_out, grace, said)
     verdict, child_rc, started = run_child(
         cmd,
         session,
@@ -599,12 +592,10 @@ def run(
     else:
         rc = _finish_live(verdict, json_out, console, started)
     if termination_log is not None:
-        from .termination import message, write
-
         try:
-            write(termination_log, message(verdict.diagnosis, verdict.kind))
-        except OSError as e:
-            say_error(f"{termination_log}: cannot write the termination log: {e.strerror or e}")
+            _write_termination(termination_log, verdict)
+        except InputError as e:
+            say_error(str(e))
     if not json_out:
         console.print(
             Text(
@@ -613,6 +604,40 @@ def run(
             )
         )
     raise typer.Exit(rc)
+
+
+def _say_now(console: Console, json_out: bool, grace: float, said: list):  # type: ignore[no-untyped-def,type-arg]
+    """`run`'s verdict the moment it is known; the server keeps running (Ctrl-C stops it)."""
+
+    def say_now(v) -> None:  # type: ignore[no-untyped-def]
+        from .render import render_text
+        from .styled import print_styled
+
+        if not json_out:
+            print_styled(render_text(v.diagnosis), console)
+            console.print(
+                Text(
+                    f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)",
+                    style="dim",
+                )
+            )
+        said.append(v)
+
+    return say_now
+
+
+def _write_termination(path: str, verdict) -> None:  # type: ignore[no-untyped-def]
+    """The one-line verdict at `path` (None: only check that it can be written)."""
+    from .termination import message, write
+
+    try:
+        if verdict is None:
+            with open(path, "a", encoding="utf-8"):
+                pass
+        else:
+            write(path, message(verdict.diagnosis, verdict.kind))
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the termination log: {e.strerror or e}") from None
 
 
 # probe's options, named once

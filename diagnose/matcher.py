@@ -169,8 +169,7 @@ class Scanner:
             self.lineno += block.count(b"\n", pos, n)
             if not block.endswith(b"\n"):
                 self.lineno += 1
-        # the log's clock at the end of the block (most lines are never decoded), searched as a
-        # line's is: the answer must not depend on where one block ends and the next begins
+        # the clock at the block's end, found as a line's is (not dependent on where blocks end)
         t = self.clock.before(n)
         if t is not None:
             self.last_time = t
