@@ -146,3 +146,24 @@ def test_watch_glob_prints_verdict_lines(cli, tmp_path: Path) -> None:
     assert line["finding"]["class"] == "kv_cache_too_small"
     r = subprocess.run([*cli, "watch", "x.log", "--glob", "*.log"], capture_output=True, timeout=60, cwd=ROOT)
     assert r.returncode == 2 and b"not both" in r.stderr
+
+
+def test_the_daemonset_example_runs_as_written(cli, tmp_path: Path) -> None:
+    """docs/daemonset.yaml's command, with a local glob, a free metrics port and a short life."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "docs" / "daemonset.yaml").read_text(encoding="utf-8"))
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[:2] == ["diagnose", "watch"]
+    local = {
+        "--glob": str(tmp_path / "*" / "*" / "*.log"),
+        "--metrics-port": "0",
+        "--metrics-addr": "127.0.0.1",
+        "--alertmanager": "http://127.0.0.1:9",  # nothing there: a warning at the end, no failure
+    }
+    argv = [
+        a if a.split("=")[0] not in local else f"{a.split('=')[0]}={local[a.split('=')[0]]}" for a in args[2:]
+    ]
+    r = subprocess.run([*cli, "watch", *argv, "--timeout", "1"], capture_output=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr

@@ -163,3 +163,20 @@ def test_scan_lines_is_the_one_call_form(know) -> None:
     log = FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log"
     d = scan_lines(log.read_text(encoding="utf-8").splitlines(), str(log), know)
     assert d.status == "failed" and d.primary is not None and d.primary.cls == "kv_cache_too_small"
+
+
+def test_the_wrappers_one_session_learns_are_its_own(know) -> None:
+    """Each source's lines behind a wrapper no layout knows (a custom logger's); opening more
+    sessions must not make an open one forget its wrapper."""
+    log = (FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log").read_text(encoding="utf-8").splitlines()
+    sessions = Sessions(know)
+    for i, line in enumerate(log):
+        sessions.feed_line("a", f"pod-a | stdout | {line}")
+        if i % 5 == 0:  # new sources keep opening while a is read
+            sessions.feed_line(f"other-{i}", f"[worker-{i}] <info> starting")
+        sessions.feed_line("b", f"node=b ts=0 msg: {line}")
+    final = {e.source: e for e in sessions.close_all() if e.kind == "closed"}
+    want = scan_paths([str(FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log")], know)
+    for source in ("a", "b"):
+        assert final[source].status == want.status and final[source].finding["rule"] == want.primary.rule
+        assert final[source].change["to"] == want.advice[0].to
