@@ -76,13 +76,19 @@ class NodeAgent:
         self._tails: dict[str, _Tail] = {}
         self._skip_existing = from_end  # only for the files there at the first poll
         self.closed_sources: list[str] = []  # sources whose files are gone (their session may end)
+        self.problems: list[str] = []  # files that could not be opened, to say (once each)
+        self._refused: set[str] = set()
 
     def _open(self, path: str, at_end: bool) -> _Tail | None:
         try:
             f = open(path, "rb")  # noqa: SIM115 - kept open while followed
             st = os.fstat(f.fileno())
-        except OSError:
+        except OSError as e:  # said once a path (no permission, too many open files), tried again
+            if path not in self._refused:
+                self._refused.add(path)
+                self.problems.append(f"{path}: cannot read: {e.strerror or e}")
             return None
+        self._refused.discard(path)
         t = _Tail(path, f, st.st_ino)
         if at_end:
             t.pos = f.seek(0, os.SEEK_END)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .errors import InputError
+from .errors import InputError, say_warning
 from .node_agent import NodeAgent
 from .records import Record, RecordReader
 from .stream import SCHEMA, Event, Sessions
@@ -163,6 +163,8 @@ def run_agent(
                     q.put(rec)  # blocks when the scan is behind: the files wait, not memory
                 while agent.closed_sources:
                     q.put(("close", agent.closed_sources.pop(0)))
+                while agent.problems:
+                    q.put(("warn", agent.problems.pop(0)))
                 time.sleep(poll_s)
         finally:
             agent.close()
@@ -174,7 +176,8 @@ def run_agent(
 
 def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, output: Output) -> int:
     """The main loop: records in, events out; a tick a second whether input comes or not.
-    Queue items: a batch of input lines (bytes), a Record, ("close", source), an InputError, _END."""
+    Queue items: a batch of input lines (bytes), a Record, ("close", source), ("warn", text),
+    an InputError, _END."""
     out = output.out or sys.stdout
     only = output.only
     sinks = list(output.sinks)
@@ -211,7 +214,10 @@ def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, outpu
         if isinstance(item, InputError):
             raise item
         if isinstance(item, tuple):
-            emit(sessions.close(item[1]))
+            if item[0] == "warn":
+                say_warning(item[1])
+            else:
+                emit(sessions.close(item[1]))
             continue
         if isinstance(item, Record):
             records: Iterable[Record] = [reader.joined(item)]

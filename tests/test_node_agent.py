@@ -167,3 +167,30 @@ def test_the_daemonset_example_runs_as_written(cli, tmp_path: Path) -> None:
     ]
     r = subprocess.run([*cli, "watch", *argv, "--timeout", "1"], capture_output=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+
+
+def test_an_unreadable_file_is_said_once_and_the_others_still_followed(tmp_path: Path, monkeypatch) -> None:
+    """No permission, or too many open files: one problem a path, the other files followed, and the
+    file tried again on later polls (it is read once it can be)."""
+    from diagnose import node_agent
+
+    ok = _pod_log(tmp_path, "llm", "vllm-0", "vllm")
+    ok.write_text(_cri(["INFO first"]), encoding="utf-8")
+    shut = _pod_log(tmp_path, "llm", "vllm-1", "vllm")
+    shut.write_text(_cri(["INFO hidden"]), encoding="utf-8")
+    real_open = open
+
+    def refusing_open(path, *a, **kw):  # type: ignore[no-untyped-def]
+        if str(path) == str(shut):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(node_agent, "open", refusing_open, raising=False)
+    agent = NodeAgent(str(tmp_path / "*" / "*" / "*.log"))
+    first = {rec.source for rec in agent.poll()}
+    second = {rec.source for rec in agent.poll()}
+    assert first == {"llm/vllm-0/vllm"} and second == set()
+    assert agent.problems == [f"{shut}: cannot read: Permission denied"]
+    monkeypatch.setattr(node_agent, "open", real_open, raising=False)
+    assert [line for rec in agent.poll() for line in RecordReader().joined(rec).lines] == ["INFO hidden"]
+    agent.close()
