@@ -24,23 +24,15 @@ from .errors import InputError
 from .knowledge import Knowledge
 from .model import Diagnosis
 from .stream import StreamSession
+from .taxonomy import TAXONOMY
 
 SCHEMA = "diagnose.k8s/1"
 LOG_BYTES = 16 << 20  # a container's log read at most (the kubelet rotates at 10 MiB by default)
 STARTUP_MARGIN = 1.5  # the startup budget advised: this times the time the start is expected to take
 _PROBE_KILL = re.compile(r"failed (liveness|startup) probe", re.I)
 _GPU_WORDS = re.compile(r"nvidia\.com/gpu|amd\.com/gpu|gpu", re.I)
-STARTING_PHASES = (
-    "start",
-    "args",
-    "devices",
-    "distributed_init",
-    "load_weights",
-    "weights_loaded",
-    "kv_cache",
-    "cuda_graphs",
-    "listening",
-)
+# the phases of a start not yet ready, in the taxonomy's order
+STARTING_PHASES = TAXONOMY.phases[: TAXONOMY.phases.index("ready")]
 
 
 @dataclass

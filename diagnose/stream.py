@@ -146,9 +146,7 @@ class StreamSession:
             return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
         # the common case, without feed()'s cutting: one line, nothing pending before it
         self.last_active = self.clock()
-        self._pending.append(raw + b"\n")
-        self._pending_bytes += len(raw) + 1
-        return self.flush() if self._pending_bytes >= FEED_BYTES else []
+        return self._queue(raw + b"\n")
 
     def _queue(self, whole: bytes) -> list[Event]:
         self._pending.append(whole)
@@ -157,12 +155,16 @@ class StreamSession:
 
     def flush(self) -> list[Event]:
         """Scan the lines pending now; the events they cause."""
+        return self._changes(final=False) if self._scan_pending() else []
+
+    def _scan_pending(self) -> bool:
+        """The pending lines scanned as one block; whether there were any."""
         if not self._pending:
-            return []
+            return False
         block = b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
         self.scanner.feed(block)
-        return self._changes(final=False)
+        return True
 
     def tick(self) -> list[Event]:
         """An idle moment: scan what is pending, report a failure whose cause did not come and
@@ -178,10 +180,7 @@ class StreamSession:
         if self._partial:
             self._pending.append(self._partial + b"\n")
             self._partial = b""
-        block = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
-        if block:
-            self.scanner.feed(block)
+        self._scan_pending()
         events = self._changes(final=True)
         self.closed = True
         events.append(self._event("closed", self._diagnosis(final=True), line=self.scanner.lineno))
