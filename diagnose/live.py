@@ -26,7 +26,7 @@ from .matcher import Scanner
 from .model import PHASE_INDEX, Diagnosis, Finding
 from .render import PHASE_LABEL
 from .stages import diagnose
-from .triage import HANG_BUDGET_S, HANG_WAITS_ON
+from .triage import HANG_BUDGET_S, live_hang_finding
 
 # A consequence line ("EngineCore failed to start") often comes before its cause's
 # traceback: wait this long for the cause before giving the verdict.
@@ -152,19 +152,8 @@ class LiveSession:
         return None
 
     def hang_finding(self, phase: str, stuck: float, budget: float) -> Finding:
-        mark = next((m for m in self.scanner.server.timeline if m.phase == phase), None)
-        return Finding(
-            rule="live.hang",
-            cls="hang",
-            severity="fatal",
-            title=f"No progress in {PHASE_LABEL.get(phase, phase)} for {int(stuck)} s (budget {int(budget)} s)",
-            line=mark.line if mark else self.lines,
-            source=self.source,
-            evidence=self.last_line or (mark.text if mark else "(no output yet)"),
-            phase_at=phase,
-            facts={"phase": phase, "stuck_s": int(stuck), "budget_s": int(budget)},
-            note=f"this phase usually waits on {HANG_WAITS_ON.get(phase, 'I/O')}",
-        )
+        timeline = self.scanner.server.timeline
+        return live_hang_finding(timeline, phase, stuck, budget, self.source, self.lines, self.last_line)
 
     # --- view ----------------------------------------------------------------------------
 

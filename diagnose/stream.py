@@ -25,8 +25,9 @@ from typing import Any
 
 from .knowledge import Knowledge
 from .matcher import Scanner
-from .model import Diagnosis
+from .model import Diagnosis, Finding
 from .stages import diagnose
+from .triage import live_hang_finding
 
 SCHEMA = "diagnose.stream/1"
 # Lines held before they are scanned as one block: the scan's per-call cost spread over many
@@ -202,10 +203,12 @@ class StreamSession:
             self.flush()
         return self._diagnosis(final=self.closed)
 
-    def _diagnosis(self, final: bool) -> Diagnosis:
+    def _diagnosis(self, final: bool, extra: list[Finding] | None = None) -> Diagnosis:
         # local=False: the server ran elsewhere, so this host's ports say nothing about it
         if not final:
-            return diagnose(self.scanner.snapshot(), self.know, self.source, self.engine, local=False)
+            return diagnose(
+                self.scanner.snapshot(), self.know, self.source, self.engine, extra=extra, local=False
+            )
         if self._final is None:  # the scan ends once: finish() closes what is open
             self._final = diagnose(self.scanner.finish(), self.know, self.source, self.engine, local=False)
         return self._final
@@ -248,12 +251,10 @@ class StreamSession:
         # the diagnosis (all the stages) only when a verdict can have changed: a new hit, the
         # server ready, a failure waiting for its cause, the end
         asks = hits != self._hits_seen or any(m.phase in ("ready", "serving") for m in new_phases)
-        d: Diagnosis | None = None
         if asks or waiting or final:
-            d = self._diagnosis(final=final)
             self._hits_seen = hits
-            events += self._verdicts(d, now, final)
-        hang = self._hang(now, d)
+            events += self._verdicts(self._diagnosis(final=final), now, final)
+        hang = self._hang(now)
         if hang is not None:
             events.append(hang)
         return events
@@ -281,7 +282,9 @@ class StreamSession:
                 return [self._event("ready", d, ready.line if ready else None, ready.time if ready else None)]
         return [self._event("finding", d)] if p is not None and state[1:] != before[1:] else []
 
-    def _hang(self, now: float, d: Diagnosis | None) -> Event | None:
+    def _hang(self, now: float) -> Event | None:
+        """A phase stuck past its budget: the live hang finding (as `watch` makes it) joins the
+        diagnosis, which then says what to change."""
         if not self.budgets or self._told[0] in ("failed", "ready", "degraded"):
             return None
         timeline = self.scanner.server.timeline
@@ -292,20 +295,10 @@ class StreamSession:
         if budget is None or now - self._progress_at <= budget:
             return None
         self._hang_told = phase
-        d = d or self._diagnosis(final=False)
-        ev = self._event("hang", d, line=timeline[-1].line if timeline else None)
-        ev.finding = {
-            "class": "hang",
-            "layer": "other",
-            "rule": "live.hang",
-            "severity": "fatal",
-            "oom_phase": None,
-            "title": f"no progress in {phase} for {int(now - self._progress_at)} s (budget {int(budget)} s)",
-            "evidence": timeline[-1].text if timeline else "",
-            "line": timeline[-1].line if timeline else None,
-            "time": timeline[-1].time if timeline else None,
-        }
-        return ev
+        stuck = live_hang_finding(
+            timeline, phase, now - self._progress_at, budget, self.source, self.scanner.lineno, ""
+        )
+        return self._event("hang", self._diagnosis(final=False, extra=[stuck]))
 
 
 class Sessions:

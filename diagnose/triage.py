@@ -556,6 +556,26 @@ def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | Non
     )
 
 
+def live_hang_finding(
+    timeline: list[PhaseMark], phase: str, stuck: float, budget: float, source: str, line: int, last_line: str
+) -> Finding:
+    """A phase with no progress for longer than its budget while the log is followed (`watch`,
+    `run`, a stream's session): `line` and `last_line` stand in when the phase has no mark."""
+    mark = next((m for m in timeline if m.phase == phase), None)
+    return Finding(
+        rule="live.hang",
+        cls="hang",
+        severity="fatal",
+        title=f"No progress in {TAXONOMY.phase_label.get(phase, phase)} for {int(stuck)} s (budget {int(budget)} s)",
+        line=mark.line if mark else line,
+        source=source,
+        evidence=last_line or (mark.text if mark else "(no output yet)"),
+        phase_at=phase,
+        facts={"phase": phase, "stuck_s": int(stuck), "budget_s": int(budget)},
+        note=f"this phase usually waits on {HANG_WAITS_ON.get(phase, 'I/O')}",
+    )
+
+
 # Findings that do not make a running server degraded: a rejected request is the client's,
 # and an exception the server carried on after is noise until it repeats into a failure.
 NOT_DEGRADING = {"request", "unknown_error", "stop"}
