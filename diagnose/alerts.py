@@ -23,6 +23,8 @@ import queue
 import threading
 from typing import Any
 
+from .model import Change
+from .render import change_text
 from .stream import Event
 
 ALERT_QUEUE = 1024
@@ -87,12 +89,8 @@ def alert_of(e: Event, now: dt.datetime, resolved: bool = False) -> dict[str, An
         "source": e.source,
         **{k: e.labels[k] for k in ("pod", "namespace", "container", "node") if e.labels.get(k)},
     }
-    change = e.change or {}
-    said = ""
-    if change:
-        said = change["to"] if change["flag"].startswith("action:") else f"{change['flag']} {change['to']}"
-        if change.get("from"):
-            said += f" (was {change['from']})"
+    # the report's wording of a change, on one line
+    said = " ".join(change_text(Change.from_json(e.change)).split()) if e.change else ""
     alert: dict[str, Any] = {
         "labels": {k: v for k, v in labels.items() if v},
         "annotations": {

@@ -422,6 +422,8 @@ def k8s(
     import json
 
     from .k8s import api_client, emit_event, examine
+    from .model import Change
+    from .render import change_text
     from .termination import fit
 
     api = api_client(kubeconfig, context)
@@ -439,10 +441,7 @@ def k8s(
     else:
         rows = []
         for v in verdicts:
-            ch = v.change or {}
-            change = f"{ch.get('flag', '')} {ch.get('to', '')}".strip() + (
-                f" (was {ch['from']})" if ch.get("from") else ""
-            )
+            change = " ".join(change_text(Change.from_json(v.change)).split()) if v.change else ""
             rows.append(
                 (v.pod, v.container, v.status, v.cls or "—", v.phase or "—", str(v.restarts), change or "—")
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .model import Diagnosis
 from .redact import redact
+from .render import change_text
 
 LIMIT = 4096  # bytes the kubelet keeps of a termination message
 EVIDENCE_CHARS = 300
@@ -33,8 +34,7 @@ def message(d: Diagnosis, kind: str) -> str:
         parts.append(f"last phase {d.last_phase}")
     if d.advice:
         c = d.advice[0]
-        change = f"{c.flag} {c.to}" if not c.flag.startswith("action:") else c.to
-        parts.append(f"next: {change}" + (f" (was {c.frm})" if c.frm else ""))
+        parts.append(f"next: {change_text(c)}")  # fit() below makes its spacing one line's
     return fit(redact(" · ".join(parts)), LIMIT - 1)  # and its newline
 
 
