@@ -33,6 +33,11 @@ MESSAGE_KEYS = ("message", "log", "msg", "line", "body", "MESSAGE")
 PARTIAL_MAX = 1 << 20  # a CRI partial line joined up to this much (the scan's own line limit)
 
 
+def _is_cri(text: str) -> re.Match[str] | None:
+    """A container runtime's line (it starts with its year: the regex only for those)."""
+    return _CRI.match(text) if text[:2] == "20" else None
+
+
 @dataclass(slots=True)
 class Record:
     source: str  # the key sessions are kept by: namespace/pod/container, or the --key value
@@ -121,7 +126,6 @@ class RecordReader:
         self.key = key
         self.text_source = text_source
         self._partials: dict[str, str] = {}
-        self.shapes: dict[str, int] = {}
 
     def read(self, raw: str) -> Iterator[Record]:
         line = raw.rstrip("\r\n")
@@ -134,22 +138,14 @@ class RecordReader:
         shaped = self._from_json(obj) if isinstance(obj, dict) else None
         records = list(shaped) if shaped is not None else [self._from_text(line)]
         for r in records:
-            r.lines = self._join_partials(r)
-            self.shapes[r.shape] = self.shapes.get(r.shape, 0) + 1
-            yield r
+            yield self.joined(r)
 
     def joined(self, r: Record) -> Record:
-        """A record read elsewhere (a followed file's lines), its CRI lines joined."""
-        r.lines = self._join_partials(r)
-        self.shapes[r.shape] = self.shapes.get(r.shape, 0) + 1
-        return r
-
-    def _join_partials(self, r: Record) -> list[str]:
-        """CRI lines inside any record (a node agent's file, or a pipeline that kept them raw)."""
+        """The record with its CRI lines read (partial ones joined per source): in any record, a
+        node agent's file or a pipeline that kept them raw."""
         out: list[str] = []
         for text in r.lines:
-            # a CRI line starts with its year: the regex only for those
-            m = _CRI.match(text) if text[:2] == "20" else None
+            m = _is_cri(text)
             if m is None:
                 out.append(text)
                 continue
@@ -158,10 +154,11 @@ class RecordReader:
                 self._partials[r.source] = (held + m.group(4))[:PARTIAL_MAX]
             else:
                 out.append(held + m.group(4))
-        return out
+        r.lines = out
+        return r
 
     def _from_text(self, line: str) -> Record:
-        return Record(self.text_source, {}, [line], "cri" if _CRI.match(line) else "text")
+        return Record(self.text_source, {}, [line], "cri" if _is_cri(line) else "text")
 
     def _from_json(self, obj: dict[str, Any]) -> Iterator[Record] | None:
         if self.key is not None:
