@@ -9,6 +9,7 @@ reported without waiting for more input.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -80,24 +81,13 @@ def _open_inputs(paths: list[str]) -> list[tuple[str, IO[bytes]]]:
 def _reader(inputs: list[tuple[str, IO[bytes]]], q: queue.Queue[Any]) -> None:
     try:
         for _name, f in inputs:
-            with f if f is not sys.stdin.buffer else _NoClose(f):
+            with f if f is not sys.stdin.buffer else contextlib.nullcontext(f):  # stdin stays open
                 for batch in _batches(f):
                     q.put(batch)  # blocks when the scan is behind: back-pressure
     except OSError as e:
         q.put(InputError(f"cannot read the input: {e.strerror or e}"))
     finally:
         q.put(_END)
-
-
-class _NoClose:
-    def __init__(self, f: IO[bytes]):
-        self.f = f
-
-    def __enter__(self) -> IO[bytes]:
-        return self.f
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class Summary:
