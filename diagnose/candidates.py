@@ -125,6 +125,7 @@ class Candidates:
         # Markers stop being searched once they can tell nothing new (a phase already
         # reached, an engine already decided): a long serving log then has few candidates.
         self.retired: set[int] = set()
+        self._retired_key: frozenset[int] | None = None  # the set frozen, until it changes
         self.dirty = True
         self._index: Any = None
         self.needles: list[str] = []  # the index's needles, by the ids its matches carry
@@ -152,10 +153,17 @@ class Candidates:
         already built (by an earlier run or another session): search the rest anew."""
         return self.lacking or (self.dirty and (self.wasted >= REFIND_AFTER or self._built_already()))
 
+    def _retired_now(self) -> frozenset[int]:
+        """The retired handlers as an index key (asked after each candidate line while they
+        changed: frozen once per change, not per question)."""
+        if self._retired_key is None:
+            self._retired_key = frozenset(self.retired)
+        return self._retired_key
+
     def _built_already(self) -> bool:
         """An index for the markers retired now exists: switching to it costs nothing (many
         sessions of one process retire the same markers in the same order)."""
-        return (frozenset(self.retired), self._dfa) in self._built
+        return (self._retired_now(), self._dfa) in self._built
 
     def build(self) -> None:
         self.wasted = 0
@@ -165,7 +173,7 @@ class Candidates:
         self._dfa = self._fed >= DFA_AFTER
         # a restart revives the same markers each time: the index built for that set is reused,
         # so a log of thousands of restarts costs one build per distinct set, not one per restart
-        key = (frozenset(self.retired), self._dfa)
+        key = (self._retired_now(), self._dfa)
         built = self._built.get(key)
         if built is None:
             live = [n for n in self.by_needle if n not in self._observe_only and self.live(n)]
@@ -256,6 +264,7 @@ class Candidates:
         if id(handler) in self.retired:
             return
         self.retired.add(id(handler))
+        self._retired_key = None
         self.dirty = True
         if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
             for n in handler.needles:
@@ -277,6 +286,7 @@ class Candidates:
         for m in self.markers:
             if m.what in ("phases", "observe") and id(m) in self.retired:
                 self.retired.discard(id(m))
+                self._retired_key = None
                 self.dirty = True
                 self.lacking = True  # the next line may already be the new run's: rebuild now
         self.track = {}
