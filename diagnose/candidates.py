@@ -5,8 +5,8 @@ lines found with one rfind per block instead of the index.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable
 
 from .engines import Marker, Profiles
 from .needles import make_index
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 STRUCTURE_NEEDLES = [
     "Traceback (most recent call last)",
     'File "',
+    'File \x1b[35m"',  # CPython ≥ 3.13 colours a frame's file name (traceback.py, _colorize: MAGENTA)
     "Error",
     "Exception",
     "Exit",
@@ -28,12 +29,15 @@ STRUCTURE_NEEDLES = [
     "CRITICAL",
     "FATAL",
 ]
-DFA_AFTER = 4 << 20  # bytes scanned before the index becomes a DFA (a long log: scanning speed wins)
-# Retired needles stay in the index until they have cost this many needless candidate lines:
-# then a rebuild (about a millisecond) pays for itself, and the rest of the block is searched again.
-REFIND_AFTER = 64
-# After a rebuild in the middle of a block (a restart), the rest is searched this much at a
-# time: a log that restarts every few lines would otherwise search each block again per restart.
+# bytes scanned with one set of live needles (by every scan of the process: a thousand short
+# streams add up) before its index becomes a DFA (a long log: scanning speed wins)
+DFA_AFTER = 4 << 20
+# A retired needle stays in the index, its matches skipped (a set lookup each), until it has
+# cost this many: then a rebuild (a few milliseconds) pays for itself.
+REBUILD_AFTER = 4096
+# After a rebuild in the middle of a block (a restart revived needles the index lacks), the
+# rest is searched this much at a time: a log that restarts every few lines would otherwise
+# search each block again per restart.
 REFIND_WINDOW = 16 << 10
 TRACK_AUTOMATON_FROM = 4  # tracked needles from which one automaton pass beats an rfind each
 BUILT_KEPT = 16  # indexes kept for reuse, by the set of retired markers they were built without
@@ -82,6 +86,7 @@ class NeedleMap:
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self.by_needle = dict(by_needle)
+        self.handler_counts = {n: len(hs) for n, hs in self.by_needle.items()}
         self.phase_markers: dict[str, list[Marker]] = defaultdict(list)
         for m in markers:
             if m.what == "phases" and m.phase:
@@ -95,6 +100,10 @@ class NeedleMap:
         self.order.update({id(r): 10_000 + i for i, r in enumerate(rules)})
         # (retired handlers, DFA or not) -> (index, its needles, the observed needles still live)
         self.built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
+        self.fed: dict[frozenset[int], int] = {}  # bytes scanned with each set of retired handlers
+        # a named choice of markers (see Candidates.retire_markers) -> (them by id, how many
+        # times each needle is theirs, none of them a ready/serving phase)
+        self.groups: dict[Hashable, tuple[dict[int, Marker], Counter[str], bool]] = {}
 
 
 _MAPS: list[NeedleMap] = []  # the maps of the knowledge this process scans with (most recent last)
@@ -117,10 +126,14 @@ class Candidates:
         shared = needle_map(rules, profiles.markers)
         self.markers = profiles.markers
         self.by_needle = shared.by_needle
+        # each needle's handlers not retired (a structure needle has none and is always live)
+        self._live_handlers = dict(shared.handler_counts)
         self._phase_markers = shared.phase_markers
         self._observe_only = shared.observe_only
         self._order = shared.order
         self._built = shared.built
+        self._fed_by_set = shared.fed
+        self._groups = shared.groups
         self.latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         # Markers stop being searched once they can tell nothing new (a phase already
         # reached, an engine already decided): a long serving log then has few candidates.
@@ -129,10 +142,13 @@ class Candidates:
         self.dirty = True
         self._index: Any = None
         self.needles: list[str] = []  # the index's needles, by the ids its matches carry
+        self._ids: dict[str, int] = {}  # the same, needle -> id
+        # ids of the index's needles that lead nowhere since it was built (every handler
+        # retired): their matches are skipped, not taken as candidate lines
+        self.dead: set[int] = set()
         self._observe_live: list[str] = []
-        self._fed = 0  # bytes fed so far
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
-        self.wasted = 0  # candidate lines since the last build that only retired needles brought
+        self.skipped = 0  # dead matches skipped since the last build
         self.lacking = False  # revived handlers whose needles the index no longer holds
         self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
         self._track_index: tuple[tuple[bytes, ...], Any, list[str]] | None = None
@@ -141,17 +157,17 @@ class Candidates:
     # --- the index -------------------------------------------------------------------------
 
     def stale(self) -> bool:
-        return (
-            self._index is None
-            or self.lacking
-            or (self.dirty and (self.wasted >= REFIND_AFTER or self._built_already()))
-            or (not self._dfa and self._fed >= DFA_AFTER)
+        """Time for another index (asked before each block): none yet, revived needles it
+        lacks, dead ones that cost more than a rebuild, one without them already built (by an
+        earlier run or another session), or enough scanned with these needles for a DFA."""
+        if self._index is None or self.lacking:
+            return True
+        if self.dirty and (self.skipped >= REBUILD_AFTER or self._built_already()):
+            return True
+        return not self._dfa and (
+            self._fed_by_set.get(self._retired_now(), 0) >= DFA_AFTER
+            or (self._retired_now(), True) in self._built
         )
-
-    def refind_now(self) -> bool:
-        """Markers revived (a restart), or retired ones wasting time, or an index without them
-        already built (by an earlier run or another session): search the rest anew."""
-        return self.lacking or (self.dirty and (self.wasted >= REFIND_AFTER or self._built_already()))
 
     def _retired_now(self) -> frozenset[int]:
         """The retired handlers as an index key (asked after each candidate line while they
@@ -166,14 +182,16 @@ class Candidates:
         return (self._retired_now(), self._dfa) in self._built
 
     def build(self) -> None:
-        self.wasted = 0
+        self.skipped = 0
         self.lacking = False
         self.dirty = False
+        self.dead = set()
+        retired = self._retired_now()
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
-        self._dfa = self._fed >= DFA_AFTER
+        self._dfa = self._fed_by_set.get(retired, 0) >= DFA_AFTER or (retired, True) in self._built
         # a restart revives the same markers each time: the index built for that set is reused,
         # so a log of thousands of restarts costs one build per distinct set, not one per restart
-        key = (self._retired_now(), self._dfa)
+        key = (retired, self._dfa)
         built = self._built.get(key)
         if built is None:
             live = [n for n in self.by_needle if n not in self._observe_only and self.live(n)]
@@ -187,23 +205,27 @@ class Candidates:
                 del self._built[next(iter(self._built))]
             self._built[key] = built
         self._index, self.needles, self._observe_live = built
+        self._ids = {n: i for i, n in enumerate(self.needles)}
 
     def find(self, block: bytes, offset: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         """(needle id, byte offset) of every needle in block[offset:end], offsets into block;
         a whole block (no offset) counts as fed."""
         if offset or end is not None:
             return [(m[0], m[1] + offset) for m in self._index.find(block[offset:end])]
-        self._fed += len(block)
+        retired = self._retired_now()
+        if len(self._fed_by_set) >= 4 * BUILT_KEPT and retired not in self._fed_by_set:
+            self._fed_by_set.clear()  # a log that retires endlessly new sets: stay bounded
+        self._fed_by_set[retired] = self._fed_by_set.get(retired, 0) + len(block)
         return self._index.find(block)  # type: ignore[no-any-return]
 
     def each_line(self, block: bytes, take: Callable[[int, int, int, set[str]], int]) -> int:
         """`take(pos, start, end, needles)` for each line of the block that holds a live needle,
-        in order; `take` says where reading goes on. The index is rebuilt mid-block when markers
-        revive or retired ones waste time, and the rest is then searched a window at a time.
-        Returns the first byte not taken."""
+        in order; `take` says where reading goes on. Matches of needles retired on the way are
+        skipped; when markers revive, the index is rebuilt mid-block and the rest searched a
+        window at a time. Returns the first byte not taken."""
         n = len(block)
         matches = self.find(block)
-        needles = self.needles
+        needles, dead = self.needles, self.dead
         pos = 0  # the first byte not yet taken
         searched = n  # matches cover block[:searched]
         i, nm = 0, len(matches)
@@ -216,35 +238,31 @@ class Candidates:
                 nm = len(matches)
                 continue
             nid, at = matches[i][0], matches[i][1]
+            i += 1
             if at < pos:
-                i += 1
+                continue
+            if nid in dead:
+                self.skipped += 1
                 continue
             start = max(block.rfind(b"\n", pos, at) + 1, pos)
             nl = block.find(b"\n", at)
             end = n if nl < 0 else nl
             found = {needles[nid]}
-            i += 1
             while i < nm and matches[i][1] < end:
-                found.add(needles[matches[i][0]])
+                if matches[i][0] not in dead:
+                    found.add(needles[matches[i][0]])
                 i += 1
-            self.note(found)
             pos = take(pos, start, end, found)
-            if pos < n and self.refind_now():
+            if pos < n and self.lacking:
                 self.build()
-                needles = self.needles
+                needles, dead = self.needles, self.dead
                 searched = _window_end(block, pos)
                 matches, i = self.find(block, pos, searched), 0
                 nm = len(matches)
 
     def live(self, needle: str) -> bool:
         """Does this needle still lead to something (a structure needle always does)?"""
-        hs = self.by_needle.get(needle)
-        return not hs or any(id(h) not in self.retired for h in hs)
-
-    def note(self, found: set[str]) -> None:
-        """A candidate line: count it as wasted when only retired needles brought it."""
-        if self.dirty and not any(self.live(x) for x in found):
-            self.wasted += 1
+        return self._live_handlers.get(needle, 0) > 0 or not self.by_needle.get(needle)
 
     def handlers(self, found: set[str]) -> list[Any]:
         """The live rules and markers of these needles, in their file order."""
@@ -266,6 +284,10 @@ class Candidates:
         self.retired.add(id(handler))
         self._retired_key = None
         self.dirty = True
+        for n in handler.needles:
+            left = self._live_handlers[n] = self._live_handlers[n] - 1
+            if not left and n in self._ids:
+                self.dead.add(self._ids[n])  # the set each_line holds: skipped from here on
         if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
             for n in handler.needles:
                 self.track[n.encode("utf-8")] = handler.phase
@@ -276,16 +298,42 @@ class Candidates:
         for m in self._phase_markers.get(phase, ()):
             self.retire(m)
 
-    def retire_markers(self, pred: Callable[[Marker], bool]) -> None:
-        for m in self.markers:
-            if pred(m):
+    def retire_markers(self, key: Hashable, pred: Callable[[Marker], bool]) -> None:
+        """Retire the markers `pred` picks; `key` names that choice (the markers an engine's
+        decision retires are worked out once a process, not once a stream: hundreds of them)."""
+        group = self._groups.get(key)
+        if group is None:
+            chosen = {id(m): m for m in self.markers if pred(m)}
+            plain = not any(m.what == "phases" and m.phase in ("ready", "serving") for m in chosen.values())
+            counts = Counter(n for m in chosen.values() for n in m.needles)
+            group = self._groups[key] = (chosen, counts, plain)
+        chosen, counts, plain = group
+        if not plain:
+            for m in chosen.values():
                 self.retire(m)
+            return
+        if not self.retired.isdisjoint(chosen):  # some retired already: count the others
+            new = chosen.keys() - self.retired
+            if not new:
+                return
+            counts = Counter(n for i in new for n in chosen[i].needles)
+        self.retired.update(chosen)
+        self._retired_key = None
+        self.dirty = True
+        live, index_ids = self._live_handlers, self._ids
+        for n, k in counts.items():
+            left = live[n] = live[n] - k
+            if not left and n in index_ids:
+                self.dead.add(index_ids[n])
 
     def revive_phases(self) -> None:
         """A restart: the phase markers (and one-time observations) are needed again."""
         for m in self.markers:
             if m.what in ("phases", "observe") and id(m) in self.retired:
                 self.retired.discard(id(m))
+                for n in m.needles:
+                    self._live_handlers[n] += 1
+                    self.dead.discard(self._ids.get(n, -1))
                 self._retired_key = None
                 self.dirty = True
                 self.lacking = True  # the next line may already be the new run's: rebuild now

@@ -141,7 +141,8 @@ class SeriesMarker:
 
     def read(self, text: str) -> dict[str, float]:
         if not self.compiled:
-            self.compiled = {k: _compile(p, self.shipped) for k, (p, _) in self.fields.items()}
+            # searched only in its own stats lines, where the fields are: no prefilter
+            self.compiled = {k: _compile(p, self.shipped, prefilter=False) for k, (p, _) in self.fields.items()}
         out: dict[str, float] = {}
         for name, rx in self.compiled.items():
             m = rx.search(text)

@@ -9,6 +9,7 @@ dicts, calls and None/True: a backtracking reader handles them where string spli
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .params import SETTINGS
 
@@ -253,7 +254,13 @@ def _unwrap(v: Any) -> Any:
 
 def parse_repr(kind: str, text: str) -> dict[str, Any]:
     """Parse one dump into a flat mapping of top-level keys. Unparseable text gives {}."""
-    text = text.strip()
+    return dict(_parsed(kind, text.strip()))
+
+
+@lru_cache(maxsize=64)
+def _parsed(kind: str, text: str) -> dict[str, Any]:
+    # the replicas of a deployment print the same dump: a process reading a fleet's logs
+    # parses each distinct one once (a vLLM config line is a millisecond of parsing)
     if kind == "command_line":
         return _parse_command_line(text)
     return read_dump(kind, text)

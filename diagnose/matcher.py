@@ -83,6 +83,9 @@ class ScanResult:
     rule_runs: dict[str, int] = field(default_factory=dict)  # in how many runs each rule hit
     series: list[tuple[str, int, bytes]] = field(default_factory=list)  # sampled stats lines
     series_seen: int = 0  # stats lines in the run
+    # the sampled lines already read as points, kept by the scan between diagnoses (a live
+    # session asks again and again; each line is read once)
+    series_read: dict[Any, Any] = field(default_factory=dict)
 
 
 def paste_indent(block: bytes, sample: int = 40) -> bytes:
@@ -409,4 +412,5 @@ class Scanner:
             unmatched_examples=self.errors.examples,
             series=self.series.snapshot(),
             series_seen=self.series.seen,
+            series_read=self.series.read,
         )

@@ -80,14 +80,15 @@ class ShippedPattern:
 
     __slots__ = ("_alts", "_compiled", "_prefilter", "_searches", "_timed")
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, prefilter: bool = True):
         try:
             self._compiled = re.compile(pattern)
         except re.error as e:
             raise PatternError(str(e)) from None
         self._timed: TimedPattern | None = None
         self._searches = 0
-        self._prefilter: Any = None  # literals.Prefilter once built; False where it has no use
+        # literals.Prefilter once built; False where it has no use (or is not wanted)
+        self._prefilter: Any = None if prefilter else False
         self._alts: dict[tuple[int, bool], Any] = {}  # (alternative, over LONG_LINE) -> compiled
 
     @property
@@ -203,9 +204,11 @@ def timed_pattern(pattern: str) -> TimedPattern:
         raise PatternError(str(e)) from None
 
 
-def compile_pattern(pattern: str, shipped: bool) -> ShippedPattern | TimedPattern:
-    """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not compile."""
-    return ShippedPattern(pattern) if shipped else timed_pattern(pattern)
+def compile_pattern(pattern: str, shipped: bool, prefilter: bool = True) -> ShippedPattern | TimedPattern:
+    """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not
+    compile. `prefilter=False`: a pattern searched only in lines chosen for it (it nearly always
+    matches there, so looking for its literals first is only cost)."""
+    return ShippedPattern(pattern, prefilter) if shipped else timed_pattern(pattern)
 
 
 def compile_checked(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:

@@ -83,10 +83,11 @@ class ServerState:
         ):
             engine = self.active_engine()
             self.candidates.retire_markers(
+                ("decided", engine),
                 lambda x: (
                     x.what == "detect"
                     or (x.engine != engine and not (x.engine == "generic" and x.what == "observe"))
-                )
+                ),
             )
 
     # --- one marker ----------------------------------------------------------------------------
@@ -113,11 +114,11 @@ class ServerState:
             key = f"{mk.engine}/{mk.variant or ''}"  # a variant is its engine's (vLLM's v0/v1)
             self.variant_scores[key] += mk.weight
             if max(self.variant_scores.values()) >= VARIANT_DECIDED:
-                self.candidates.retire_markers(lambda x: x.what == "variants")
+                self.candidates.retire_markers("variants", lambda x: x.what == "variants")
         elif what == "version" and self.version is None:
             self.version = m.group("version")
             self.version_engine = mk.engine
-            self.candidates.retire_markers(lambda x: x.what == "version")
+            self.candidates.retire_markers("version", lambda x: x.what == "version")
         elif what == "observe":
             # sizes and counts the engine reports (KV tokens, running requests, usage): latest wins
             self._observe(typed_facts(m.groupdict()), line.number, line.message)

@@ -57,13 +57,14 @@ class SeriesSampler:
     """Every stride-th stats line, at most SAMPLE_MAX of them: when full, every other point is
     dropped and the stride doubles, so the sample stays spread over the whole log."""
 
-    __slots__ = ("latest", "points", "seen", "stride")
+    __slots__ = ("latest", "points", "read", "seen", "stride")
 
     def __init__(self) -> None:
         self.points: list[tuple[str, int, bytes]] = []
         self.seen = 0
         self.stride = 1
         self.latest: tuple[str, int, bytes] | None = None
+        self.read: dict[Any, Any] = {}  # read_points' cache of the lines read so far
 
     def take(self) -> bool:
         """Count one more stats line; whether the sample wants it (then `keep` it)."""
@@ -189,27 +190,50 @@ def series_needles(profiles: Any) -> list[bytes]:
 
 
 def read_points(
-    raw: list[tuple[str, int, bytes]], markers: list[Any], layout: Layout, since_line: int = 0
+    raw: list[tuple[str, int, bytes]],
+    markers: list[Any],
+    layout: Layout,
+    since_line: int = 0,
+    cache: dict[Any, Any] | None = None,
 ) -> list[Point]:
     """The sampled stats lines read with the engine's markers (the first whose needle is in the
     line reads it: vLLM's and LMDeploy's lines share a wording). Lines of an earlier run of the
-    server are left out."""
+    server are left out. `cache`: the readings of an earlier call on the same scan's lines (kept
+    for the lines still sampled), for markers in the same order."""
     layout = layout.fresh()
+    order = tuple(id(mk) for mk in markers)
+    known = cache if cache is not None and cache.get("order") == order else {}
+    kept: dict[Any, Any] = {"order": order}  # the readings of the lines sampled now
     out: list[Point] = []
     for source, number, data in raw:
         if number < since_line:
             continue
-        line = layout.line(source, number, data)
-        text = line.message
-        for mk in markers:
-            if any(n in text for n in mk.needles):
-                values = mk.read(text)
-                if values:
-                    m = _REPLICA.search(text) or _REPLICA.search(line.process or "")
-                    replica = (f"engine {m.group(1)}" if m.group(1) else f"DP{m.group(2)}") if m else ""
-                    out.append(Point(source, number, line.timestamp, values, text.strip()[:300], replica))
-                break
+        key = (source, number)
+        reading = known.get(key)
+        if reading is None or reading[0] != data:
+            reading = (data, _reading(layout.line(source, number, data), markers))
+        kept[key] = reading
+        if reading[1] is not None:
+            when, values, text, replica = reading[1]
+            out.append(Point(source, number, when, dict(values), text, replica))
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)
     return out
+
+
+def _reading(line: Any, markers: list[Any]) -> tuple[str | None, dict[str, float], str, str] | None:
+    """One stats line as (time, values, text, replica), or None where no marker reads it."""
+    text = line.message
+    for mk in markers:
+        if any(n in text for n in mk.needles):
+            values = mk.read(text)
+            if not values:
+                return None
+            m = _REPLICA.search(text) or _REPLICA.search(line.process or "")
+            replica = (f"engine {m.group(1)}" if m.group(1) else f"DP{m.group(2)}") if m else ""
+            return line.timestamp, values, text.strip()[:300], replica
+    return None
 
 
 # vLLM V1 "Engine 001: …" (not "2 Engines Aggregated"), SGLang's "[… DP1 TP0]" tag

@@ -145,7 +145,9 @@ def serving_of(result: ScanResult, profiles: Profiles, engine: str) -> Serving |
     if not result.series:
         return None
     markers = sorted(profiles.series, key=lambda m: m.engine != engine)
-    points = read_points(result.series, markers, profiles.layout, since_line=result.run_start_line)
+    points = read_points(
+        result.series, markers, profiles.layout, since_line=result.run_start_line, cache=result.series_read
+    )
     cap = result.launch.get("max_num_seqs") or result.observed.get("max_num_seqs")
     try:
         max_num_seqs = int(cap) if cap is not None else None
