@@ -142,7 +142,9 @@ class SeriesMarker:
     def read(self, text: str) -> dict[str, float]:
         if not self.compiled:
             # searched only in its own stats lines, where the fields are: no prefilter
-            self.compiled = {k: _compile(p, self.shipped, prefilter=False) for k, (p, _) in self.fields.items()}
+            self.compiled = {
+                k: _compile(p, self.shipped, prefilter=False) for k, (p, _) in self.fields.items()
+            }
         out: dict[str, float] = {}
         for name, rx in self.compiled.items():
             m = rx.search(text)
