@@ -145,9 +145,14 @@ class StreamSession:
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if self._partial or self.closed or b"\n" in raw:
             return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
-        # the common case, without feed()'s cutting: one line, nothing pending before it
+        # the common case, without feed()'s cutting: one line, nothing pending before it (the
+        # line and its newline kept apart: joined once a block, not copied once a line)
         self.last_active = self.clock()
-        return self._queue(raw + b"\n")
+        pending = self._pending
+        pending.append(raw)
+        pending.append(b"\n")
+        self._pending_bytes += len(raw) + 1
+        return self.flush() if self._pending_bytes >= FEED_BYTES else []
 
     def _queue(self, whole: bytes) -> list[Event]:
         self._pending.append(whole)
@@ -366,6 +371,9 @@ class Sessions:
         return events + s.feed(data)
 
     def feed_line(self, source: str, line: str | bytes, labels: dict[str, str] | None = None) -> list[Event]:
+        s = self._open.get(source)
+        if s is not None and not labels:  # the common case: an open source, nothing to update
+            return s.feed_line(line)
         s, events = self.open(source, labels)
         return events + s.feed_line(line)
 

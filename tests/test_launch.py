@@ -214,3 +214,18 @@ def test_reader_survives_deep_nesting_and_junk():
         "num_shard": 2,
         "x": None,
     }
+
+
+def test_a_dump_parsed_again_is_read_once_and_handed_out_as_its_own_copy():
+    """Replicas print the same config line: the parse is reused, and each caller gets a
+    mapping of its own (updating one does not change the next)."""
+    text = "model='meta-llama/Llama-3.1-8B-Instruct', tensor_parallel_size=2, max_model_len=32768, seed=0"
+    first = parse_repr("python_kwargs", text)
+    first["max_model_len"] = 1
+    second = parse_repr("python_kwargs", "  " + text)
+    assert second == {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "tensor_parallel_size": 2,
+        "max_model_len": 32768,
+        "seed": 0,
+    }

@@ -224,3 +224,82 @@ def test_lines_only_broad_class_words_woke_are_not_even_split(know):
     assert sc.layout._splits[0] - before < 21  # a line its literals could match is read as before
     res = sc.finish()
     assert any(v.term for r in res.hits for v in r.vocab) or sc.words.recent
+
+
+def test_a_coloured_python_3_13_traceback_is_one_traceback_to_its_exception_line(tmp_path, know):
+    """CPython ≥ 3.13 colours a frame's file name (`File \\x1b[35m"…"`): the frames are found
+    though `File "` is not in the bytes, so a long traceback whose lines carry no other needle
+    is read to its exception line, not closed as cut short (real lines of vLLM 0.21 on 3.14)."""
+    p = "(APIServer pid=8410) "
+    frame = (
+        p
+        + '  File \x1b[35m"/venv/lib/python3.14/site-packages/httpx/_client.py"\x1b[0m, line \x1b[35m{n}\x1b[0m, in \x1b[35msend\x1b[0m'
+    )
+    lines = [
+        p
+        + "INFO 05-25 10:54:26 [utils.py:240] non-default args: {'host': '0.0.0.0', 'model': 'Qwen/Qwen2.5-0.5B-Instruct'}",
+        p + "INFO 05-25 10:54:28 [model.py:1697] Using max model len 512",
+        p + "Traceback (most recent call last):",
+    ]
+    for n in range(40):  # 200 lines of frames and their code: longer than TRACEBACK_STALE
+        lines += [frame.format(n=n), p + "    response = self._send_handling_auth(", p + "        request,"]
+        lines += [p + "    ...<2 lines>...", p + "    )"]
+    lines += [
+        p + '    raise KeyboardInterrupt("terminated")',
+        p + "\x1b[1;35mKeyboardInterrupt\x1b[0m: \x1b[35mterminated\x1b[0m",
+    ]
+    d = run(tmp_path, know, "\n".join(lines) + "\n")
+    assert "A traceback cut before its exception line" not in {f.title for f in d.findings}
+    assert d.status != "failed"  # a Ctrl-C that ended a wait, not a failure
+
+
+def test_a_retired_needle_is_skipped_in_the_rest_of_its_block(know):
+    """Once the engine is decided, its detection needle ("APIServer pid=", on every vLLM V1
+    line) leads nowhere: its matches in the same block are skipped, not taken as candidate
+    lines, and no window of the block is searched again."""
+    from diagnose.matcher import Scanner
+
+    sc = Scanner(know.rules, know.profiles)
+    sc.set_source("serve.log")
+    head = (FIXTURES / "logs/vllm/healthy-v1-serving.log").read_bytes()
+    requests = b"".join(
+        b'(APIServer pid=2107) INFO:     10.0.1.%d:56516 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+        % (i % 250)
+        for i in range(2000)
+    )
+    taken = []
+    real_take = sc._take_line
+    sc._take_line = lambda block, pos, start, end, found: (
+        taken.append(found) or real_take(block, pos, start, end, found)
+    )
+    sc.feed(head + requests)
+    c = sc.candidates
+    assert not c.live("APIServer pid=")
+    assert len(taken) < head.count(b"\n") + 5, len(taken)  # the requests were not candidates
+    assert c.skipped >= 2000 and c.builds <= 2
+
+
+def test_an_engine_decision_retires_the_same_markers_as_one_at_a_time(know):
+    """The markers a decided engine no longer needs are retired as one precomputed group: the
+    same retired set and the same live needles as retiring them one by one, also when some of
+    them were retired before (a phase already reached)."""
+    from diagnose.matcher import Scanner
+
+    def decide(grouped: bool, first_retired: int):
+        sc = Scanner(know.rules, know.profiles)
+        c = sc.candidates
+        c.build()
+        for m in c.markers[:first_retired]:
+            c.retire(m)
+        pick = lambda m: m.what == "detect" or m.engine not in ("vllm", "generic")  # noqa: E731
+        if grouped:
+            c.retire_markers(("test-decided", first_retired), pick)
+        else:
+            for m in c.markers:
+                if pick(m):
+                    c.retire(m)
+        dead = {c.needles[i] for i in c.dead}
+        return c.retired, {n for n in c.by_needle if c.live(n)}, dead
+
+    for first in (0, 40):
+        assert decide(True, first) == decide(False, first)

@@ -211,6 +211,25 @@ def test_scanner_series_has_the_right_line_numbers_and_stays_flat(know):  # type
         assert lines[number - 1].encode() == raw  # the line number is the stats line's own
 
 
+def test_a_live_scan_reads_each_sampled_stats_line_once(know):  # type: ignore[no-untyped-def]
+    """A stream asks for its diagnosis again and again: the stats lines read by an earlier
+    diagnosis are not split and read again (their readings are kept for the lines still
+    sampled), and the points are those a fresh reading gives."""
+    markers = sorted(know.profiles.series, key=lambda m: m.engine != "vllm")
+    raw = [("s", 2 * i + 1, vllm_v1_stats(i, 4 + i % 7, i % 3, 0.5).encode()) for i in range(40)]
+    layout = know.profiles.layout
+    splits = layout._splits
+    cache: dict = {}
+    first = read_points(raw[:30], markers, layout, cache=cache)
+    before = splits[0]
+    again = read_points(raw, markers, layout, cache=cache)
+    assert splits[0] - before == 10  # only the ten new lines were split
+    assert again == read_points(raw, markers, layout) and again[:30] == first
+    again[0].text = ""  # the caller may clear a point's text (serving_of does): the reading keeps it
+    assert read_points(raw[:1], markers, layout, cache=cache)[0].text.startswith("Engine 000:")
+    assert set(cache) == {"order", ("s", 1)}  # only the lines sampled now are kept
+
+
 # --- the verdicts ----------------------------------------------------------------------------
 
 
