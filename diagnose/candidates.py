@@ -5,7 +5,7 @@ lines found with one rfind per block instead of the index.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Hashable
 
 from .engines import Marker, Profiles
@@ -86,7 +86,6 @@ class NeedleMap:
         for n in STRUCTURE_NEEDLES:
             by_needle.setdefault(n, [])
         self.by_needle = dict(by_needle)
-        self.handler_counts = {n: len(hs) for n, hs in self.by_needle.items()}
         self.phase_markers: dict[str, list[Marker]] = defaultdict(list)
         for m in markers:
             if m.what == "phases" and m.phase:
@@ -98,12 +97,16 @@ class NeedleMap:
         # phase), then rules, each in file order so results do not depend on set order
         self.order = {id(m): i for i, m in enumerate(markers)}
         self.order.update({id(r): 10_000 + i for i, r in enumerate(rules)})
-        # (retired handlers, DFA or not) -> (index, its needles, the observed needles still live)
-        self.built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], list[str]]] = {}
+        # (retired handlers, DFA or not) -> (index, its needles, needle -> id, the observed
+        # needles still live)
+        self.built: dict[tuple[frozenset[int], bool], tuple[Any, list[str], dict[str, int], list[str]]] = {}
+        # (an index's key, the handlers retired now) -> the ids of that index's needles that
+        # lead nowhere now: every session that retires the same markers works it out once
+        self.dead: dict[tuple[Any, frozenset[int]], frozenset[int]] = {}
         self.fed: dict[frozenset[int], int] = {}  # bytes scanned with each set of retired handlers
-        # a named choice of markers (see Candidates.retire_markers) -> (them by id, how many
-        # times each needle is theirs, none of them a ready/serving phase)
-        self.groups: dict[Hashable, tuple[dict[int, Marker], Counter[str], bool]] = {}
+        # a named choice of markers (see Candidates.retire_markers) -> (them by id, none of
+        # them a ready/serving phase)
+        self.groups: dict[Hashable, tuple[dict[int, Marker], bool]] = {}
 
 
 _MAPS: list[NeedleMap] = []  # the maps of the knowledge this process scans with (most recent last)
@@ -126,14 +129,13 @@ class Candidates:
         shared = needle_map(rules, profiles.markers)
         self.markers = profiles.markers
         self.by_needle = shared.by_needle
-        # each needle's handlers not retired (a structure needle has none and is always live)
-        self._live_handlers = dict(shared.handler_counts)
         self._phase_markers = shared.phase_markers
         self._observe_only = shared.observe_only
         self._order = shared.order
         self._built = shared.built
         self._fed_by_set = shared.fed
         self._groups = shared.groups
+        self._dead_by_state = shared.dead
         self.latest_observed: dict[frozenset[str], tuple[int, bytes]] = {}
         # Markers stop being searched once they can tell nothing new (a phase already
         # reached, an engine already decided): a long serving log then has few candidates.
@@ -143,9 +145,12 @@ class Candidates:
         self._index: Any = None
         self.needles: list[str] = []  # the index's needles, by the ids its matches carry
         self._ids: dict[str, int] = {}  # the same, needle -> id
+        self._index_key: Any = None
         # ids of the index's needles that lead nowhere since it was built (every handler
         # retired): their matches are skipped, not taken as candidate lines
-        self.dead: set[int] = set()
+        self.dead: frozenset[int] = frozenset()
+        self._since_build: list[Any] = []  # handlers retired since the index was built
+        self._dead_stale = False
         self._observe_live: list[str] = []
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
         self.skipped = 0  # dead matches skipped since the last build
@@ -185,7 +190,7 @@ class Candidates:
         self.skipped = 0
         self.lacking = False
         self.dirty = False
-        self.dead = set()
+        self.dead, self._since_build, self._dead_stale = frozenset(), [], False
         retired = self._retired_now()
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
         self._dfa = self._fed_by_set.get(retired, 0) >= DFA_AFTER or (retired, True) in self._built
@@ -200,12 +205,12 @@ class Candidates:
             ]
             index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
             self.builds += 1
-            built = (index, live, observe_live)
+            built = (index, live, {n: i for i, n in enumerate(live)}, observe_live)
             if len(self._built) >= BUILT_KEPT:
                 del self._built[next(iter(self._built))]
             self._built[key] = built
-        self._index, self.needles, self._observe_live = built
-        self._ids = {n: i for i, n in enumerate(self.needles)}
+        self._index, self.needles, self._ids, self._observe_live = built
+        self._index_key = key
 
     def find(self, block: bytes, offset: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         """(needle id, byte offset) of every needle in block[offset:end], offsets into block;
@@ -253,6 +258,8 @@ class Candidates:
                     found.add(needles[matches[i][0]])
                 i += 1
             pos = take(pos, start, end, found)
+            if self._dead_stale:
+                dead = self.dead_now()
             if pos < n and self.lacking:
                 self.build()
                 needles, dead = self.needles, self.dead
@@ -262,7 +269,24 @@ class Candidates:
 
     def live(self, needle: str) -> bool:
         """Does this needle still lead to something (a structure needle always does)?"""
-        return self._live_handlers.get(needle, 0) > 0 or not self.by_needle.get(needle)
+        hs = self.by_needle.get(needle)
+        return not hs or any(id(h) not in self.retired for h in hs)
+
+    def dead_now(self) -> frozenset[int]:
+        """The index's needles that lead nowhere with the handlers retired now (only those of
+        handlers retired since it was built can), shared by the sessions in the same state."""
+        key = (self._index_key, self._retired_now())
+        dead = self._dead_by_state.get(key)
+        if dead is None:
+            ids = self._ids
+            dead = frozenset(
+                ids[n] for h in self._since_build for n in h.needles if n in ids and not self.live(n)
+            )
+            if len(self._dead_by_state) >= 64:
+                self._dead_by_state.clear()
+            self._dead_by_state[key] = dead
+        self.dead, self._dead_stale = dead, False
+        return dead
 
     def handlers(self, found: set[str]) -> list[Any]:
         """The live rules and markers of these needles, in their file order."""
@@ -284,10 +308,8 @@ class Candidates:
         self.retired.add(id(handler))
         self._retired_key = None
         self.dirty = True
-        for n in handler.needles:
-            left = self._live_handlers[n] = self._live_handlers[n] - 1
-            if not left and n in self._ids:
-                self.dead.add(self._ids[n])  # the set each_line holds: skipped from here on
+        self._since_build.append(handler)
+        self._dead_stale = True  # each_line asks again before its next match
         if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
             for n in handler.needles:
                 self.track[n.encode("utf-8")] = handler.phase
@@ -305,35 +327,26 @@ class Candidates:
         if group is None:
             chosen = {id(m): m for m in self.markers if pred(m)}
             plain = not any(m.what == "phases" and m.phase in ("ready", "serving") for m in chosen.values())
-            counts = Counter(n for m in chosen.values() for n in m.needles)
-            group = self._groups[key] = (chosen, counts, plain)
-        chosen, counts, plain = group
+            group = self._groups[key] = (chosen, plain)
+        chosen, plain = group
         if not plain:
             for m in chosen.values():
                 self.retire(m)
             return
-        if not self.retired.isdisjoint(chosen):  # some retired already: count the others
-            new = chosen.keys() - self.retired
-            if not new:
-                return
-            counts = Counter(n for i in new for n in chosen[i].needles)
-        self.retired.update(chosen)
-        self._retired_key = None
-        self.dirty = True
-        live, index_ids = self._live_handlers, self._ids
-        for n, k in counts.items():
-            left = live[n] = live[n] - k
-            if not left and n in index_ids:
-                self.dead.add(index_ids[n])
+        new = chosen.keys() - self.retired
+        if new:
+            self.retired.update(new)
+            self._retired_key = None
+            self.dirty = True
+            self._since_build += (chosen[i] for i in new)
+            self._dead_stale = True
 
     def revive_phases(self) -> None:
         """A restart: the phase markers (and one-time observations) are needed again."""
         for m in self.markers:
             if m.what in ("phases", "observe") and id(m) in self.retired:
                 self.retired.discard(id(m))
-                for n in m.needles:
-                    self._live_handlers[n] += 1
-                    self.dead.discard(self._ids.get(n, -1))
+                self._dead_stale = True
                 self._retired_key = None
                 self.dirty = True
                 self.lacking = True  # the next line may already be the new run's: rebuild now

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 SAMPLE_MAX = 600  # points kept per scan: flat memory on a week of stats lines
 LINE_MAX = 2000  # bytes kept of one stats line
+READINGS_KEPT = 64  # stats lines a live scan keeps read between diagnoses (its memory stays flat)
 MIN_POINTS = 3  # fewer active points say nothing about a trend
 KV_FULL = 0.9  # usage at which the engines start to preempt / retract
 KV_FULL_SHARE = 0.6  # share of active points that must be that full
@@ -199,7 +200,7 @@ def read_points(
     """The sampled stats lines read with the engine's markers (the first whose needle is in the
     line reads it: vLLM's and LMDeploy's lines share a wording). Lines of an earlier run of the
     server are left out. `cache`: the readings of an earlier call on the same scan's lines (kept
-    for the lines still sampled), for markers in the same order."""
+    for the first READINGS_KEPT lines still sampled), for markers in the same order."""
     layout = layout.fresh()
     order = tuple(id(mk) for mk in markers)
     known = cache if cache is not None and cache.get("order") == order else {}
@@ -212,7 +213,8 @@ def read_points(
         reading = known.get(key)
         if reading is None or reading[0] != data:
             reading = (data, _reading(layout.line(source, number, data), markers))
-        kept[key] = reading
+        if len(kept) <= READINGS_KEPT:
+            kept[key] = reading
         if reading[1] is not None:
             when, values, text, replica = reading[1]
             out.append(Point(source, number, when, dict(values), text, replica))

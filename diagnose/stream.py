@@ -32,7 +32,7 @@ from .triage import live_hang_finding
 SCHEMA = "diagnose.stream/1"
 # Lines held before they are scanned as one block: the scan's per-call cost spread over many
 # lines (a block per line costs ~10× more), and the most a session buffers.
-FEED_BYTES = 64 << 10
+FEED_BYTES = 32 << 10
 # A consequence line ("EngineCore failed to start") often comes before its cause's traceback:
 # a failure is reported once its cause is in, or this many seconds after (as `watch` does).
 CAUSE_GRACE_S = 2.0

@@ -298,7 +298,7 @@ def test_an_engine_decision_retires_the_same_markers_as_one_at_a_time(know):
             for m in c.markers:
                 if pick(m):
                     c.retire(m)
-        dead = {c.needles[i] for i in c.dead}
+        dead = {c.needles[i] for i in c.dead_now()}
         return c.retired, {n for n in c.by_needle if c.live(n)}, dead
 
     for first in (0, 40):
