@@ -33,6 +33,13 @@ with open(dst, "ab", buffering=0) as out:
 """
 
 
+def interruptible() -> None:
+    """Ctrl-C reaches the child as a terminal would deliver it, even when this test run was
+    started with SIGINT ignored (a background job of a non-interactive shell, `cmd &`, passes
+    that on to every process it starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def writer(src, dst, pause=0.002, stop_after=0):
     return subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(dst), str(pause), str(stop_after)])
 
@@ -314,7 +321,11 @@ def test_run_ctrl_c_of_a_ready_server_is_a_stop(cli, tmp_path):
     )
     script.chmod(0o755)
     proc = subprocess.Popen(
-        [*cli, "run", "--", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [*cli, "run", "--", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        preexec_fn=interruptible,
     )
     try:
         time.sleep(3)  # ready by then: the whole healthy log is out
@@ -346,7 +357,11 @@ def test_run_tees_the_output_and_says_the_verdict_while_the_server_is_up(cli, tm
     )
     script.chmod(0o755)
     proc = subprocess.Popen(
-        [*cli, "run", "--", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [*cli, "run", "--", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        preexec_fn=interruptible,
     )
     try:
         seen = b""
@@ -423,7 +438,11 @@ def test_ctrl_c_during_watch_prints_the_log_so_far(cli, tmp_path):
         b"\n".join((LOGS / "vllm" / "healthy-v0-tp2-serving.log").read_bytes().split(b"\n")[:12]) + b"\n"
     )
     proc = subprocess.Popen(
-        [*cli, "watch", str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [*cli, "watch", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        preexec_fn=interruptible,
     )
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
@@ -592,6 +611,7 @@ def test_run_ctrl_c_of_a_two_process_server_is_a_stop_whichever_speaks_first(cli
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 30
