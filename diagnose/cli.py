@@ -365,9 +365,11 @@ class _Fleet:
     def run(self, body, engine, rules) -> int:  # type: ignore[no-untyped-def]
         """`body(sessions, output)` with the sinks running; problems posting said at the end."""
         from .stream import Sessions
-        from .stream_command import Output
+        from .stream_command import BUSY_HOLD_S, Output
 
-        sessions = Sessions(load_knowledge(rules), engine, self.max_sessions, self.idle, self.budgets)
+        sessions = Sessions(
+            load_knowledge(rules), engine, self.max_sessions, self.idle, self.budgets, hold_s=BUSY_HOLD_S
+        )
         sinks = []
         poster = None
         if self.metrics_port is not None:

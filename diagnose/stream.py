@@ -114,6 +114,8 @@ class StreamSession:
         self._partial = b""  # the start of a line not yet ended
         self._pending: list[bytes] = []  # whole lines not yet scanned
         self._pending_bytes = 0
+        self._pending_since = 0.0  # when the oldest pending line came
+        self._pending_at_tick = 0  # pending bytes at the last tick (no growth since: gone quiet)
         self._phases_told = 0
         self._hits_seen = 0
         self._told: tuple[Any, ...] = ("incomplete", None, None)  # status, primary rule, line
@@ -149,12 +151,16 @@ class StreamSession:
         # line and its newline kept apart: joined once a block, not copied once a line)
         self.last_active = self.clock()
         pending = self._pending
+        if not pending:
+            self._pending_since = self.last_active
         pending.append(raw)
         pending.append(b"\n")
         self._pending_bytes += len(raw) + 1
         return self.flush() if self._pending_bytes >= FEED_BYTES else []
 
     def _queue(self, whole: bytes) -> list[Event]:
+        if not self._pending:
+            self._pending_since = self.last_active
         self._pending.append(whole)
         self._pending_bytes += len(whole)
         return self.flush() if self._pending_bytes >= FEED_BYTES else []
@@ -168,16 +174,23 @@ class StreamSession:
         if not self._pending:
             return False
         block = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
+        self._pending, self._pending_bytes, self._pending_at_tick = [], 0, 0
         self.scanner.feed(block)
         return True
 
-    def tick(self) -> list[Event]:
+    def tick(self, hold_s: float = 0.0) -> list[Event]:
         """An idle moment: scan what is pending, report a failure whose cause did not come and
-        a phase stuck past its budget."""
+        a phase stuck past its budget. `hold_s`: a source still writing keeps its pending lines
+        until they are that old (a block of FEED_BYTES is cheaper to read than a second's few
+        lines); one that went quiet since the last tick (a server that died) is read now."""
         if self.closed:
             return []
-        return self.flush() or self._changes(final=False)
+        if self._pending:
+            quiet = self._pending_bytes == self._pending_at_tick
+            self._pending_at_tick = self._pending_bytes
+            if quiet or self.clock() - self._pending_since >= hold_s:
+                return self.flush() or self._changes(final=False)
+        return self._changes(final=False)
 
     def close(self) -> list[Event]:
         """The log ended: everything scanned, open tracebacks closed, the final verdict."""
@@ -311,7 +324,8 @@ class Sessions:
 
     `max_sessions` bounds them: a new source beyond it closes the one idle the longest (its
     final events are returned with the new line's). `idle_s`: `expire()` closes the sessions
-    that received nothing for that long."""
+    that received nothing for that long. `hold_s`: how long `tick()` lets a source that is still
+    writing keep its lines unread (see StreamSession.tick)."""
 
     def __init__(
         self,
@@ -321,6 +335,7 @@ class Sessions:
         idle_s: float | None = None,
         budgets: dict[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        hold_s: float = 0.0,
     ):
         if know is None:
             know = Knowledge.load(None)
@@ -332,6 +347,7 @@ class Sessions:
         self.idle_s = idle_s
         self.budgets = budgets
         self.clock = clock
+        self.hold_s = hold_s  # see StreamSession.tick
         self._open: dict[str, StreamSession] = {}  # by source (each knows when it was last fed)
         self.evicted = 0
 
@@ -372,7 +388,7 @@ class Sessions:
 
     def feed_line(self, source: str, line: str | bytes, labels: dict[str, str] | None = None) -> list[Event]:
         s = self._open.get(source)
-        if s is not None and not labels:  # the common case: an open source, nothing to update
+        if s is not None and (not labels or labels is s.labels_given):  # an open source, as it was
             return s.feed_line(line)
         s, events = self.open(source, labels)
         return events + s.feed_line(line)
@@ -385,7 +401,7 @@ class Sessions:
         """Scan what every session holds; close the idle ones (see `expire`)."""
         events: list[Event] = []
         for s in list(self._open.values()):
-            events += s.tick()
+            events += s.tick(self.hold_s)
         return events + self.expire()
 
     def expire(self) -> list[Event]:

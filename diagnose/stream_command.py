@@ -28,6 +28,9 @@ from .stream import SCHEMA, Event, Sessions
 QUEUE_BATCHES = 64  # batches of input lines read ahead of the scan, at most
 MAX_INPUT_LINE = 1 << 20  # a longer input line keeps its head
 TICK_S = 1.0
+# A source still writing has its lines read a block (32 KiB) at a time, or once they are this
+# old; one that goes quiet (a server that died) is read at the next tick.
+BUSY_HOLD_S = 10.0
 EXAMPLES_KEPT = 5  # sources named per summary group
 _END = object()
 

@@ -96,6 +96,44 @@ def test_lines_are_held_at_most_a_block_before_they_are_scanned(know) -> None:
     assert s.pending_bytes == 0 and s.lines == 2000
 
 
+def test_a_busy_source_is_read_a_block_or_a_hold_at_a_time_and_a_quiet_one_at_the_next_tick(know) -> None:
+    """With `hold_s`, a tick leaves a source that is still writing its pending lines (reading a
+    second's few lines of a thousand sources costs more than the lines), until they are
+    `hold_s` old; a source that wrote nothing since the last tick, as a server that just died,
+    is read at once, and its failure comes then."""
+    now = [0.0]
+    sessions = Sessions(know, clock=lambda: now[0], hold_s=10.0)
+    crash = (FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log").read_text().splitlines()
+    for i, line in enumerate(crash[:10]):
+        sessions.feed_line("busy", f"INFO 06-05 06:17:{i:02d} [core.py:12] request {i} done")
+        sessions.feed_line("dying", line)
+    now[0] = 1.0
+    sessions.feed_line("busy", "INFO 06-05 06:17:30 [core.py:12] request done")
+    sessions.tick()  # the first tick: both wrote since the start
+    busy, dying = sessions.get("busy"), sessions.get("dying")
+    assert busy.lines == 0 and dying.lines == 0
+    for line in crash[10:]:  # the rest of the crash, then nothing more from that server
+        sessions.feed_line("dying", line)
+    sessions.feed_line("busy", "INFO 06-05 06:17:31 [core.py:12] request done")
+    now[0] = 2.0
+    sessions.tick()
+    assert busy.lines == 0 and dying.lines == 0  # both wrote since the last tick
+    sessions.feed_line("busy", "INFO 06-05 06:17:32 [core.py:12] request done")
+    now[0] = 5.0
+    events = sessions.tick()  # the dying server went quiet: read now, its failure told
+    assert dying.lines == len(crash) and busy.lines == 0
+    sessions.feed_line("busy", "INFO 06-05 06:17:33 [core.py:12] request done")
+    now[0] = 8.0  # after the cause's grace
+    events += sessions.tick()
+    assert [e.kind for e in events if e.source == "dying"].count("failed") == 1
+    assert busy.lines == 0  # still writing, its oldest line 8 s old
+    sessions.feed_line("busy", "INFO 06-05 06:17:34 [core.py:12] request done")
+    now[0] = 10.0
+    sessions.tick()
+    assert busy.lines == 15  # held ten seconds at most
+    assert Sessions(know).hold_s == 0.0  # a library caller's tick reads everything
+
+
 def test_many_interleaved_sources_each_get_their_own_verdict(know) -> None:
     logs = {
         "ns/oom": FIXTURES / "logs" / "vllm" / "kv-cache-too-small-v1.log",
