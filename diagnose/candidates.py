@@ -56,6 +56,11 @@ def says_nothing(found: set[str], handlers: list[Any], text: str) -> bool:
     return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
 
 
+def _tracked(handler: Any) -> bool:
+    """A ready or serving marker: once retired, its lines are still followed (Candidates.progress)."""
+    return isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving")
+
+
 def _window_end(block: bytes, start: int) -> int:
     """Where a search window that begins at `start` ends: a line's end past REFIND_WINDOW."""
     nl = block.find(b"\n", start + REFIND_WINDOW)
@@ -104,9 +109,9 @@ class NeedleMap:
         # lead nowhere now: every session that retires the same markers works it out once
         self.dead: dict[tuple[Any, frozenset[int]], frozenset[int]] = {}
         self.fed: dict[frozenset[int], int] = {}  # bytes scanned with each set of retired handlers
-        # a named choice of markers (see Candidates.retire_markers) -> (them by id, none of
-        # them a ready/serving phase)
-        self.groups: dict[Hashable, tuple[dict[int, Marker], bool]] = {}
+        # a named choice of markers (see Candidates.retire_markers) -> (them by id, the
+        # needles and phases of the ready/serving ones among them)
+        self.groups: dict[Hashable, tuple[dict[int, Marker], dict[int, list[tuple[bytes, str]]]]] = {}
 
 
 _MAPS: list[NeedleMap] = []  # the maps of the knowledge this process scans with (most recent last)
@@ -310,7 +315,7 @@ class Candidates:
         self.dirty = True
         self._since_build.append(handler)
         self._dead_stale = True  # each_line asks again before its next match
-        if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
+        if _tracked(handler):
             for n in handler.needles:
                 self.track[n.encode("utf-8")] = handler.phase
 
@@ -326,20 +331,23 @@ class Candidates:
         group = self._groups.get(key)
         if group is None:
             chosen = {id(m): m for m in self.markers if pred(m)}
-            plain = not any(m.what == "phases" and m.phase in ("ready", "serving") for m in chosen.values())
-            group = self._groups[key] = (chosen, plain)
-        chosen, plain = group
-        if not plain:
-            for m in chosen.values():
-                self.retire(m)
-            return
+            # the ready/serving markers among them, still followed a block at a time (see retire)
+            tracked = {
+                i: [(n.encode("utf-8"), m.phase) for n in m.needles] for i, m in chosen.items() if _tracked(m)
+            }
+            group = self._groups[key] = (chosen, tracked)
+        chosen, tracked = group
         new = chosen.keys() - self.retired
-        if new:
-            self.retired.update(new)
-            self._retired_key = None
-            self.dirty = True
-            self._since_build += (chosen[i] for i in new)
-            self._dead_stale = True
+        if not new:
+            return
+        self.retired.update(new)
+        self._retired_key = None
+        self.dirty = True
+        self._since_build += (chosen[i] for i in new)
+        self._dead_stale = True
+        for i, needles in tracked.items():  # in the markers' order, as retire() one by one
+            if i in new:
+                self.track.update(needles)
 
     def revive_phases(self) -> None:
         """A restart: the phase markers (and one-time observations) are needed again."""
