@@ -98,7 +98,7 @@ class Marker:
 
     def search(self, text: str) -> Any:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
-            self.compiled = _compile(self.pattern, self.shipped)
+            self.compiled = _compile(self.pattern, self.shipped, prefilter=False)
         return self.compiled.search(text)
 
 
@@ -201,7 +201,8 @@ def _marker(
         check(raw, _schema(f"marker.{what}"), path, label)
     needles, pattern, examples = raw["needles"], raw["pattern"], raw["examples"]
     phase, kind = raw.get("phase"), raw.get("kind")
-    compiled = compile_checked(pattern, path, label, trusted, shipped)
+    # searched only on lines its own needles chose: looking for its literals first is only cost
+    compiled = compile_checked(pattern, path, label, trusted, shipped, prefilter=False)
     m = Marker(
         engine=engine,
         what=what,
@@ -403,7 +404,7 @@ def _series_marker(raw: Any, path: str, engine: str, i: int, trusted: bool, ship
             raise RuleError(path, label, where, "needs a pattern")
         if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale <= 0:
             raise RuleError(path, label, where, "scale must be a positive number")
-        compiled = compile_checked(pattern, path, label, trusted, shipped)
+        compiled = compile_checked(pattern, path, label, trusted, shipped, prefilter=False)
         if compiled is not None and compiled.groups != 1:
             raise RuleError(path, label, where, "the pattern needs exactly one group (the number)")
         specs[str(name)] = (pattern, float(scale))

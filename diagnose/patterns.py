@@ -211,7 +211,9 @@ def compile_pattern(pattern: str, shipped: bool, prefilter: bool = True) -> Ship
     return ShippedPattern(pattern, prefilter) if shipped else timed_pattern(pattern)
 
 
-def compile_checked(pattern: str, path: str, label: str, trusted: bool, shipped: bool) -> Any:
+def compile_checked(
+    pattern: str, path: str, label: str, trusted: bool, shipped: bool, prefilter: bool = True
+) -> Any:
     """The compiled pattern of a rule or marker, or None when a validated file lets it compile on
     first use; a pattern that does not compile is a RuleError naming the file, id and field."""
     from .errors import RuleError
@@ -219,6 +221,6 @@ def compile_checked(pattern: str, path: str, label: str, trusted: bool, shipped:
     if trusted:
         return None
     try:
-        return compile_pattern(pattern, shipped)
+        return compile_pattern(pattern, shipped, prefilter)
     except PatternError as e:
         raise RuleError(path, label, "pattern", f"does not compile: {e}") from None
