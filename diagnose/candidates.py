@@ -235,7 +235,7 @@ class Candidates:
         window at a time. Returns the first byte not taken."""
         n = len(block)
         matches = self.find(block)
-        needles, dead = self.needles, self.dead
+        needles, dead = self.needles, self.dead_now() if self._dead_stale else self.dead
         pos = 0  # the first byte not yet taken
         searched = n  # matches cover block[:searched]
         i, nm = 0, len(matches)
