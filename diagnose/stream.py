@@ -147,22 +147,20 @@ class StreamSession:
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if self._partial or self.closed or b"\n" in raw:
             return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
-        # the common case, without feed()'s cutting: one line, nothing pending before it (the
-        # line and its newline kept apart: joined once a block, not copied once a line)
+        # the common case, without feed()'s cutting: one line, nothing pending before it
         self.last_active = self.clock()
+        return self._queue(raw, b"\n")
+
+    def _queue(self, whole: bytes, newline: bytes = b"") -> list[Event]:
+        """Whole lines to scan with the next block (`newline`: the one a single line lacks, kept
+        apart: the block is joined once, a line not copied to add it)."""
         pending = self._pending
         if not pending:
             self._pending_since = self.last_active
-        pending.append(raw)
-        pending.append(b"\n")
-        self._pending_bytes += len(raw) + 1
-        return self.flush() if self._pending_bytes >= FEED_BYTES else []
-
-    def _queue(self, whole: bytes) -> list[Event]:
-        if not self._pending:
-            self._pending_since = self.last_active
-        self._pending.append(whole)
-        self._pending_bytes += len(whole)
+        pending.append(whole)
+        if newline:
+            pending.append(newline)
+        self._pending_bytes += len(whole) + len(newline)
         return self.flush() if self._pending_bytes >= FEED_BYTES else []
 
     def flush(self) -> list[Event]:
