@@ -56,9 +56,12 @@ def says_nothing(found: set[str], handlers: list[Any], text: str) -> bool:
     return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
 
 
-def _tracked(handler: Any) -> bool:
-    """A ready or serving marker: once retired, its lines are still followed (Candidates.progress)."""
-    return isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving")
+def _tracks(handler: Any) -> list[tuple[bytes, str]]:
+    """A ready or serving marker's needles and phase: once it is retired its lines are still
+    followed (Candidates.progress); nothing for any other handler."""
+    if isinstance(handler, Marker) and handler.what == "phases" and handler.phase in ("ready", "serving"):
+        return [(n.encode("utf-8"), handler.phase) for n in handler.needles]
+    return []
 
 
 def _window_end(block: bytes, start: int) -> int:
@@ -311,13 +314,15 @@ class Candidates:
         if id(handler) in self.retired:
             return
         self.retired.add(id(handler))
+        self._retired_more([handler])
+        self.track.update(_tracks(handler))
+
+    def _retired_more(self, handlers: list[Any]) -> None:
+        """What retiring these changes: the index key, its staleness, the needles now dead."""
         self._retired_key = None
         self.dirty = True
-        self._since_build.append(handler)
+        self._since_build += handlers
         self._dead_stale = True  # each_line asks again before its next match
-        if _tracked(handler):
-            for n in handler.needles:
-                self.track[n.encode("utf-8")] = handler.phase
 
     def retire_phase(self, phase: str) -> None:
         """The markers of a phase just reached (a dict, not a scan of every marker: a restart
@@ -332,19 +337,14 @@ class Candidates:
         if group is None:
             chosen = {id(m): m for m in self.markers if pred(m)}
             # the ready/serving markers among them, still followed a block at a time (see retire)
-            tracked = {
-                i: [(n.encode("utf-8"), m.phase) for n in m.needles] for i, m in chosen.items() if _tracked(m)
-            }
+            tracked = {i: t for i, m in chosen.items() if (t := _tracks(m))}
             group = self._groups[key] = (chosen, tracked)
         chosen, tracked = group
         new = chosen.keys() - self.retired
         if not new:
             return
         self.retired.update(new)
-        self._retired_key = None
-        self.dirty = True
-        self._since_build += (chosen[i] for i in new)
-        self._dead_stale = True
+        self._retired_more([chosen[i] for i in new])
         for i, needles in tracked.items():  # in the markers' order, as retire() one by one
             if i in new:
                 self.track.update(needles)
