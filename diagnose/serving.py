@@ -199,29 +199,31 @@ def read_points(
 ) -> list[Point]:
     """The sampled stats lines read with the engine's markers (the first whose needle is in the
     line reads it: vLLM's and LMDeploy's lines share a wording). Lines of an earlier run of the
-    server are left out. `cache`: the readings of an earlier call on the same scan's lines (kept
-    for the first READINGS_KEPT lines still sampled), for markers in the same order."""
+    server are left out. `cache`: the readings of earlier calls on the same scan's lines, by the
+    markers' order (those of the first READINGS_KEPT lines sampled now are kept)."""
     layout = layout.fresh()
-    order = tuple(id(mk) for mk in markers)
-    known = cache if cache is not None and cache.get("order") == order else {}
-    kept: dict[Any, Any] = {"order": order}  # the readings of the lines sampled now
+    order = tuple(id(mk) for mk in markers)  # another engine detected since: another reading
+    kept: dict[Any, Any] = {}  # the readings of the lines sampled now
     out: list[Point] = []
     for source, number, data in raw:
         if number < since_line:
             continue
-        key = (source, number)
-        reading = known.get(key)
-        if reading is None or reading[0] != data:
-            reading = (data, _reading(layout.line(source, number, data), markers))
-        if len(kept) <= READINGS_KEPT:
+        key = (order, source, number)  # a scan's line: the same bytes every time it is sampled
+        reading = cache.get(key, _UNREAD) if cache is not None else _UNREAD
+        if reading is _UNREAD:
+            reading = _reading(layout.line(source, number, data), markers)
+        if len(kept) < READINGS_KEPT:
             kept[key] = reading
-        if reading[1] is not None:
-            when, values, text, replica = reading[1]
+        if reading is not None:
+            when, values, text, replica = reading
             out.append(Point(source, number, when, dict(values), text, replica))
     if cache is not None:
         cache.clear()
         cache.update(kept)
     return out
+
+
+_UNREAD = object()
 
 
 def _reading(line: Any, markers: list[Any]) -> tuple[str | None, dict[str, float], str, str] | None:
