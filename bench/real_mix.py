@@ -53,7 +53,7 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="diagnose-mix-"))
     import diagnose
-    from diagnose.rules import load_rules
+    from diagnose.knowledge.rules import load_rules
 
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", str(Path(diagnose.__file__).parent)],

@@ -30,8 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from diagnose.knowledge import Knowledge  # noqa: E402
-from diagnose.stream import Sessions  # noqa: E402
+from diagnose.knowledge.loaded import Knowledge  # noqa: E402
+from diagnose.stream.session import Sessions  # noqa: E402
 
 
 def workload(n_sources: int, per_source: int, kind: str = "startup") -> list[tuple[str, str]]:

@@ -73,7 +73,7 @@ def main() -> None:
         )
     size_mb = big.stat().st_size / 1e6
     sys.path.insert(0, str(ROOT))
-    from diagnose.rules import load_rules
+    from diagnose.knowledge.rules import load_rules
 
     needles = sorted({n for r in load_rules().rules for n in r.needles})
     nfile = work / "needles.txt"

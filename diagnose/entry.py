@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .errors import run_guarded
+from .base.errors import run_guarded
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def main() -> NoReturn:
-    from .redact import RedactingWriter
+    from .base.redact import RedactingWriter
 
     out, err = sys.stdout, sys.stderr
     # every line the process prints is redacted on its way out (redact.RedactingWriter)
@@ -41,13 +41,13 @@ def _route() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["scan"] or (argv[:1] and argv[0].startswith("--")):
         # `… | diagnose --json` is `diagnose scan --json -`: no command means scan
-        from .scan_command import SCAN_OPTIONS, read_scan_argv, run_scan
+        from .cli.scan import SCAN_OPTIONS, read_scan_argv, run_scan
 
         rest = argv[1:] if argv[0] == "scan" else argv
         if argv[0] == "scan" or argv[0].partition("=")[0] in SCAN_OPTIONS:
             kw = read_scan_argv(rest)
             if kw is not None:
                 run_guarded(lambda: run_scan(**kw))
-    from .cli import main as full_cli
+    from .cli.app import main as full_cli
 
     full_cli()

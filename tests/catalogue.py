@@ -331,7 +331,7 @@ def judge(case: Case, know) -> tuple[bool, str]:  # type: ignore[no-untyped-def]
     import os
     import tempfile
 
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False, encoding="utf-8") as f:
         f.write(case.line + "\n")
@@ -357,7 +357,7 @@ def coverage(know) -> tuple[float, list[tuple[Case, str]]]:  # type: ignore[no-u
 
 
 if __name__ == "__main__":
-    from diagnose.knowledge import Knowledge
+    from diagnose.knowledge.loaded import Knowledge
 
     cov, missed = coverage(Knowledge.load())
     for c, said in missed:

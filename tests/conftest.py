@@ -23,7 +23,7 @@ def run(cmd, stdin=None, env=None, **kw) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.fixture(scope="session")
 def know():
-    from diagnose.knowledge import Knowledge
+    from diagnose.knowledge.loaded import Knowledge
 
     return Knowledge.load()
 

@@ -8,7 +8,7 @@ import pytest
 
 from diagnose.advice.core import divisors_at_most, len_down, util_down, util_up
 from diagnose.advice.registry import advise
-from diagnose.model import Finding
+from diagnose.model.records import Finding
 
 
 def test_utilisation_grid():
@@ -129,7 +129,7 @@ def test_no_other_process_to_stop_when_the_failing_one_holds_the_memory(know):
 
 
 def _scan_text(know, tmp_path, text):  # type: ignore[no-untyped-def]
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     p = tmp_path / "serve.log"
     p.write_text(text)

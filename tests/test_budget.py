@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from diagnose.budget import (
+from diagnose.budget.estimate import (
     GIB,
     ConfigError,
     kv_bytes_per_token,
@@ -18,7 +18,7 @@ from diagnose.budget import (
     shape_from_config,
     weight_bytes,
 )
-from diagnose.preflight import parse_launch
+from diagnose.plan.check import parse_launch
 
 from .conftest import FIXTURES, REAL_LOGS, REFERENCE, run
 

@@ -257,13 +257,13 @@ def test_the_outputs_are_one_registry():
     """--format takes exactly the registry's outputs, each renderer a module of its own."""
     import importlib
 
-    from diagnose.cli import Format
-    from diagnose.outputs import OUTPUTS
-    from diagnose.scan_command import FORMATS
+    from diagnose.cli.app import Format
+    from diagnose.cli.scan import FORMATS
+    from diagnose.outputs.registry import OUTPUTS
 
     assert [f.value for f in Format] == list(OUTPUTS) == list(FORMATS)
     for out in OUTPUTS.values():
-        assert callable(importlib.import_module(f"diagnose.{out.module}").render)
+        assert callable(importlib.import_module(f"diagnose.outputs.{out.module}").render)
 
 
 def test_json_is_strict_json_when_a_launch_says_inf_or_nan(cli):

@@ -4,9 +4,9 @@ SGLang 0.4.x, as in ../shared/real-logs); each log is cut where the exception wo
 
 from __future__ import annotations
 
-from diagnose.lines import resolve_sources
-from diagnose.pipeline import scan_sources
-from diagnose.stages import diagnose
+from diagnose.pipeline.scan import scan_sources
+from diagnose.pipeline.stages import diagnose
+from diagnose.read.sources import resolve_sources
 
 V0_HEAD = (
     "INFO 03-19 06:27:20 llm_engine.py:237] Initializing an LLM engine (v0.6.3.post1) with config: "

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from diagnose.datacache import DataCache, data_cache
-from diagnose.kb import KnowledgeBase
-from diagnose.rules import load_rules
+from diagnose.base.validated_cache import DataCache, data_cache
+from diagnose.knowledge.rules import load_rules
+from diagnose.store.incidents import KnowledgeBase
 
 from .test_rules import QUOTA_RULE_YAML
 

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from diagnose.budget import (
+from diagnose.base.errors import RuleError
+from diagnose.budget.estimate import (
     GIB,
     engine_units,
     kv_bytes_for,
@@ -22,7 +23,6 @@ from diagnose.budget import (
     shape_from_config,
     weight_bytes,
 )
-from diagnose.errors import RuleError
 
 from .conftest import REFERENCE, SHARED, run
 
@@ -167,7 +167,7 @@ def test_shares_of_memory_mean_what_each_engine_means():  # type: ignore[no-unty
 
 
 def test_every_profiled_launch_uses_the_engines_own_flags():  # type: ignore[no-untyped-def]
-    from diagnose.engines import load_profiles
+    from diagnose.knowledge.engine_profiles import load_profiles
 
     s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-8B.json")))
     profiles = load_profiles()
@@ -189,7 +189,7 @@ def test_every_profiled_launch_uses_the_engines_own_flags():  # type: ignore[no-
 
 
 def test_a_profile_with_a_bad_memory_section_is_named(tmp_path):  # type: ignore[no-untyped-def]
-    from diagnose.engines import parse_profile
+    from diagnose.knowledge.engine_profiles import parse_profile
 
     for memory, field in (
         ({"kv_budget": "half"}, "memory.kv_budget"),

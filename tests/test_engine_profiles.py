@@ -199,7 +199,7 @@ SAMPLES = {
 
 @pytest.mark.parametrize("engine", sorted(SAMPLES))
 def test_each_profile_claims_its_own_lines(know, tmp_path, engine):
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     p = tmp_path / "x.log"
     p.write_text(SAMPLES[engine] + "\n")

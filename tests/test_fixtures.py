@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from diagnose.pipeline import scan_paths
-from diagnose.render_json import render as render_json
+from diagnose.outputs.json_report import render as render_json
+from diagnose.pipeline.scan import scan_paths
 
 from .conftest import FIXTURES
 

@@ -15,7 +15,7 @@ HEALTHY_LOG = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
 
 
 def _scan(know, tmp_path, text: str, name: str = "serve.log"):  # type: ignore[no-untyped-def]
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     p = tmp_path / name
     p.write_text(text)
@@ -67,7 +67,7 @@ def test_only_unreadable_files_exit_2(cli, tmp_path):
 def test_merge_interleaves_the_logs_of_one_run_by_time(know, tmp_path):
     """Two ranks' logs: rank 1 runs out of memory at 10:00:05, rank 0 reports NCCL trouble at
     10:00:07. Merged, the memory failure comes first and the NCCL error is its consequence."""
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     r0 = tmp_path / "rank0.log"
     r1 = tmp_path / "rank1.log"
@@ -310,7 +310,7 @@ def test_a_windows_traceback_reads_like_a_linux_one(know, tmp_path):  # type: ig
 def test_advice_on_an_earlier_runs_failure_reads_that_runs_context(know):  # type: ignore[no-untyped-def]
     """ollama-403: the runner failed at num_ctx 131072, then was started again at 8192 and
     served. The failure's change halves the context it failed with, not the one that worked."""
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     d = scan_paths([str(SHARED / "real-logs" / "ollama-403-oom_startup-kv-alloc-131k-ctx" / "log.txt")], know)
     first = d.advice[0]

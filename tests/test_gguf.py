@@ -14,8 +14,15 @@ import sys
 
 import pytest
 
-from diagnose.budget import GIB, engine_units, kv_bytes_per_token, load_config, plan, shape_from_config
-from diagnose.gguf import GGUFError, read_gguf
+from diagnose.budget.estimate import (
+    GIB,
+    engine_units,
+    kv_bytes_per_token,
+    load_config,
+    plan,
+    shape_from_config,
+)
+from diagnose.budget.gguf import GGUFError, read_gguf
 
 from .conftest import run
 

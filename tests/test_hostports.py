@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from diagnose.hostports import free_port, port_holder
+from diagnose.host.ports import free_port, port_holder
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 import yaml
 
-from diagnose.kb import KnowledgeBase, add_incident, incident_from, template
-from diagnose.pipeline import scan_paths
-from diagnose.redact import redact
+from diagnose.base.redact import redact
+from diagnose.pipeline.scan import scan_paths
+from diagnose.store.incidents import KnowledgeBase, add_incident, incident_from, template
 
 from .conftest import FIXTURES, run
 
@@ -128,7 +128,7 @@ def test_redaction_is_reported_by_kb_add(cli, tmp_path):
 def test_concurrent_adds_lose_nothing(tmp_path):
     store = tmp_path / "kb"
     code = (
-        "import sys; from diagnose.kb import add_incident\n"
+        "import sys; from diagnose.store.incidents import add_incident\n"
         "for i in range(10):\n"
         "    add_incident(__import__('pathlib').Path(sys.argv[1]), {'title': f'{sys.argv[2]} {i}', "
         "'date': '2026-11-29', 'symptom': {'classes': ['oom']}, 'root_cause': 'x'})\n"

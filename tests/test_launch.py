@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.launch import canonical_launch, parse_repr, read_dump
+from diagnose.read.launch_args import canonical_launch, parse_repr, read_dump
 
 from .conftest import FIXTURES, REAL_LOGS
 
@@ -92,7 +92,7 @@ def test_garbage_gives_empty_mapping():
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs not present")
 def test_real_v0_namespace_dump(know):
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     d = scan_paths(
         [str(REAL_LOGS / "vllm-112-tp-mismatch-v085-ray-placement-group-tp4-wait" / "log.txt")], know

@@ -7,17 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from diagnose.engines import load_profiles
-from diagnose.errors import InputError
-from diagnose.lines import (
-    CUT_MARKER,
-    MAX_LINE,
-    Source,
-    decode,
-    read_blocks,
-    resolve_sources,
-)
-from diagnose.model import Line
+from diagnose.base.errors import InputError
+from diagnose.knowledge.engine_profiles import load_profiles
+from diagnose.model.records import Line
+from diagnose.read.sources import CUT_MARKER, MAX_LINE, Source, decode, read_blocks, resolve_sources
 
 from .conftest import FIXTURES, SHARED, profile_oom
 
@@ -427,7 +420,7 @@ def test_json_that_is_not_a_log_record_stays_as_it_is():  # type: ignore[no-unty
 def test_a_real_log_from_dockers_json_file_reads_the_same(name, know, tmp_path):  # type: ignore[no-untyped-def]
     import json
 
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     src = SHARED / "real-logs" / name / "log.txt"
     lines = src.read_text(errors="replace").split("\n")
@@ -453,8 +446,8 @@ def test_a_real_log_from_dockers_json_file_reads_the_same(name, know, tmp_path):
 
 
 def test_a_log_pasted_as_a_markdown_code_block_is_read_without_its_indent(know, tmp_path):  # type: ignore[no-untyped-def]
-    from diagnose.matcher import paste_indent
-    from diagnose.pipeline import scan_paths
+    from diagnose.match.scanner import paste_indent
+    from diagnose.pipeline.scan import scan_paths
 
     log = "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n" + profile_oom()
     pasted = "".join("    " + x + "\n" for x in log.splitlines())
@@ -470,7 +463,7 @@ def test_a_log_pasted_as_a_markdown_code_block_is_read_without_its_indent(know, 
 def test_utf16_and_byte_order_marks_are_read_as_text(know, tmp_path):  # type: ignore[no-untyped-def]
     """Windows PowerShell 5's `>` writes UTF-16 with a byte-order mark; editors add a UTF-8 one.
     Both read as the same log (not as binary data, not with a mark glued to the first line)."""
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     log = (
         "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.8.5\n"
@@ -507,7 +500,7 @@ def test_a_stray_nul_byte_leaves_a_text_log_a_text_log(tmp_path):
 def test_a_json_record_is_one_line_whatever_field_holds_a_newline():
     """Found by the property test: a record's time (or span, or level) holding a newline made
     the rebuilt line two."""
-    from diagnose.lines import unwrap_json
+    from diagnose.read.sources import unwrap_json
 
     assert unwrap_json('{"log": null, "message": "", "time": "\\n"}') == " ⏎  "
     assert unwrap_json('{"log": "a\\nb\\n", "time": "2024-01-01T00:00:00Z"}') == "2024-01-01T00:00:00Z a ⏎ b"

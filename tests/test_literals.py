@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose import patterns
-from diagnose.literals import Prefilter, can_start_with, required, top_alternatives
-from diagnose.patterns import ShippedPattern
+from diagnose.search import patterns
+from diagnose.search.literals import Prefilter, can_start_with, required, top_alternatives
+from diagnose.search.patterns import ShippedPattern
 
 from .conftest import REAL_LOGS
 from .test_patterns import _shipped
@@ -192,8 +192,8 @@ def test_a_line_layer_skipped_by_its_first_character_matches_nothing_there(know)
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
 def test_splitting_with_layers_chosen_by_first_character_gives_the_same_fields(know, monkeypatch):
-    from diagnose import layout as layout_module
-    from diagnose.model import Line
+    from diagnose.model.records import Line
+    from diagnose.read import prefixes as layout_module
 
     lines = _real_lines()[::2]
     fields = ("level", "timestamp", "pid", "process", "rank", "location", "message")
@@ -215,7 +215,7 @@ def test_splitting_with_layers_chosen_by_first_character_gives_the_same_fields(k
 @settings(max_examples=1000, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("[]()|: \t-_.aZ09IEWé│>")), min_size=1, max_size=30))
 def test_first_character_choice_on_generated_text(text):
-    from diagnose.layout import _HEAD, _MID, _TAIL
+    from diagnose.read.prefixes import _HEAD, _MID, _TAIL
 
     for p in (*_HEAD, *_MID, *_TAIL):
         m = p.match(text)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.follow import Follower
+from diagnose.live.follow import Follower
 
 from .conftest import FIXTURES, ROOT
 
@@ -673,11 +673,11 @@ def test_run_refuses_an_unwritable_termination_log_before_starting(cli, tmp_path
 
 
 def test_a_termination_message_is_cut_to_the_kubelets_limit_on_a_character(know):
-    from diagnose.termination import LIMIT, fit, message
+    from diagnose.fleet.termination import LIMIT, fit, message
 
     long = "é" * 5000
     assert len(fit(long).encode()) <= LIMIT and fit(long).endswith("…")
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     d = scan_paths([str(LOGS / "vllm" / "kv-cache-too-small-v1.log")], know)
     d.primary.evidence = "HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789AB " + "x" * 10_000

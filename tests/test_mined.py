@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from diagnose.knowledge import Knowledge
-from diagnose.mined import ClassTable, Template, knowledge
-from diagnose.pipeline import scan_sources
-from diagnose.shipped import builtin_rules_dir
-from diagnose.stages import diagnose
+from diagnose.base.data_files import builtin_rules_dir
+from diagnose.knowledge.loaded import Knowledge
+from diagnose.knowledge.mined import ClassTable, Template, knowledge
+from diagnose.pipeline.scan import scan_sources
+from diagnose.pipeline.stages import diagnose
 
 MINED = os.path.join(builtin_rules_dir(), "mined")
 FILES = sorted(n for n in os.listdir(MINED) if n.endswith(".json") and not n.endswith(".index.json"))
@@ -28,7 +28,7 @@ def write_log(folder, name: str, text: str) -> str:
 
 
 def _scan(know: Knowledge, path: str, engine: str | None = None):
-    from diagnose.lines import resolve_sources
+    from diagnose.read.sources import resolve_sources
 
     result = scan_sources(resolve_sources([path]), know, engine=engine)
     return diagnose(result, know, path, engine=engine)
@@ -187,7 +187,7 @@ def test_the_mined_call_trees_alone_type_the_real_oom_tracebacks(
     comes from the mined call trees alone (or the message, or nothing)."""
     import yaml
 
-    from diagnose import triage
+    from diagnose.findings import triage
 
     from .conftest import REAL_LOGS
 
@@ -239,12 +239,12 @@ def test_rules_show_explains_a_mined_template(cli) -> None:
 def test_the_literal_index_agrees_with_a_full_parse(name: str) -> None:
     """A scan reads only the literal index and the records its literals hit (diagnose/mined.py
     Bundle); the index must find every record the JSON holds, with its own literal."""
-    from diagnose.mined import Bundle
+    from diagnose.knowledge.mined import Bundle
 
     path = os.path.join(MINED, name)
     with open(path, encoding="utf-8") as f:
         full = {r["id"]: r for r in json.load(f)["templates"]}
-    from diagnose.mined import index_path_of, scan_store
+    from diagnose.knowledge.mined import index_path_of, scan_store
 
     with open(index_path_of(path), encoding="utf-8") as f:
         shipped = json.load(f)

@@ -8,10 +8,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from diagnose.node_agent import NodeAgent, identity
-from diagnose.pipeline import scan_paths
-from diagnose.records import RecordReader
-from diagnose.stream import Sessions
+from diagnose.fleet.node_agent import NodeAgent, identity
+from diagnose.fleet.record_shapes import RecordReader
+from diagnose.pipeline.scan import scan_paths
+from diagnose.stream.session import Sessions
 
 from .conftest import FIXTURES, ROOT
 
@@ -172,7 +172,7 @@ def test_the_daemonset_example_runs_as_written(cli, tmp_path: Path) -> None:
 def test_an_unreadable_file_is_said_once_and_the_others_still_followed(tmp_path: Path, monkeypatch) -> None:
     """No permission, or too many open files: one problem a path, the other files followed, and the
     file tried again on later polls (it is read once it can be)."""
-    from diagnose import node_agent
+    from diagnose.fleet import node_agent
 
     ok = _pod_log(tmp_path, "llm", "vllm-0", "vllm")
     ok.write_text(_cri(["INFO first"]), encoding="utf-8")

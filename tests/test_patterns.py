@@ -9,7 +9,7 @@ import time
 import pytest
 import regex
 
-from diagnose.patterns import (
+from diagnose.search.patterns import (
     LONG_LINE,
     PATTERN_TIMEOUT_S,
     PatternError,

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from diagnose.probe import Timeouts, compare_baseline, probe, save_baseline
+from diagnose.probe.completion import Timeouts, compare_baseline, probe, save_baseline
 
 from .conftest import ROOT, run
 from .openai_stub import Stub

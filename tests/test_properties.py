@@ -13,7 +13,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.errors import InputError
+from diagnose.base.errors import InputError
 
 MANY = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -48,8 +48,8 @@ LOGGISH = st.one_of(
 @MANY
 @given(LOGGISH)
 def test_line_reader_and_scan_never_raise_anything_else(data):
-    from diagnose.lines import Source
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
+    from diagnose.read.sources import Source
 
     with tempfile.NamedTemporaryFile(suffix=".log", delete=False) as f:
         f.write(data)
@@ -70,7 +70,7 @@ _KNOW = None
 def _know():  # type: ignore[no-untyped-def]
     global _KNOW
     if _KNOW is None:
-        from diagnose.knowledge import Knowledge
+        from diagnose.knowledge.loaded import Knowledge
 
         _KNOW = Knowledge.load()
     return _KNOW
@@ -82,7 +82,7 @@ def _know():  # type: ignore[no-untyped-def]
     st.text(max_size=400),
 )
 def test_launch_dump_reader_never_raises(kind, text):
-    from diagnose.launch import parse_repr
+    from diagnose.read.launch_args import parse_repr
 
     assert isinstance(parse_repr(kind, text), dict)
 
@@ -109,7 +109,7 @@ SMI_PIECES = [
 @MANY
 @given(st.one_of(st.text(max_size=800), st.lists(st.sampled_from(SMI_PIECES), max_size=30).map("".join)))
 def test_nvidia_smi_reader_reads_or_refuses(text):
-    from diagnose.device import parse_nvidia_smi
+    from diagnose.host.gpus import parse_nvidia_smi
 
     try:
         snap = parse_nvidia_smi(text)
@@ -153,7 +153,7 @@ VALUES = st.recursive(
     )
 )
 def test_config_reader_reads_or_refuses(doc):
-    from diagnose.budget import load_config, shape_from_config
+    from diagnose.budget.estimate import load_config, shape_from_config
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(doc if isinstance(doc, str) else json.dumps(doc, allow_nan=True))
@@ -202,7 +202,7 @@ GGUF_PIECES = st.lists(
 def test_gguf_reader_reads_or_refuses(version, n_kv, body):
     import struct
 
-    from diagnose.gguf import config_from_gguf
+    from diagnose.budget.gguf import config_from_gguf
 
     data = b"GGUF" + struct.pack("<IQQ", version, 0, n_kv) + body
     with tempfile.NamedTemporaryFile(suffix=".gguf", delete=False) as f:
@@ -229,7 +229,7 @@ def test_gguf_reader_reads_or_refuses(version, n_kv, body):
     )
 )
 def test_gpus_spec_reads_or_refuses(spec):
-    from diagnose.budget import parse_gpus_spec
+    from diagnose.budget.estimate import parse_gpus_spec
 
     try:
         got = parse_gpus_spec(spec)
@@ -258,7 +258,7 @@ def test_gpus_spec_reads_or_refuses(spec):
 def test_budgets_read_or_refuse(items):
     import math
 
-    from diagnose.live import parse_budgets
+    from diagnose.live.session import parse_budgets
 
     try:
         got = parse_budgets(items)
@@ -305,7 +305,7 @@ _KNOW: list[object] = []
 
 def _know():  # type: ignore[no-untyped-def]
     if not _KNOW:
-        from diagnose.knowledge import Knowledge
+        from diagnose.knowledge.loaded import Knowledge
 
         _KNOW.append(Knowledge.load())
     return _KNOW[0]
@@ -328,7 +328,7 @@ JSON_LINE = st.recursive(
 @MANY
 @given(st.one_of(JSON_LINE.map(json.dumps), st.text(max_size=200).map(lambda t: "{" + t + "}")))
 def test_json_log_records_unwrap_to_a_line_or_nothing(text):
-    from diagnose.lines import unwrap_json
+    from diagnose.read.sources import unwrap_json
 
     got = unwrap_json(text)
     assert got is None or (isinstance(got, str) and "\n" not in got)
@@ -356,7 +356,7 @@ METRIC_PIECES = [
 @MANY
 @given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(METRIC_PIECES), max_size=30).map("".join)))
 def test_metrics_reader_reads_numbers_or_nothing(text):
-    from diagnose.sweep import read_metrics
+    from diagnose.probe.sweep import read_metrics
 
     got = read_metrics(text, _know().profiles.metrics)
     assert all(isinstance(v, float) for v in got.values())
@@ -384,8 +384,8 @@ INCIDENT_PIECES = [
 @MANY
 @given(st.one_of(st.text(max_size=200), st.lists(st.sampled_from(INCIDENT_PIECES), max_size=10).map("".join)))
 def test_incident_file_reads_or_is_named_as_broken(text):
-    from diagnose.datacache import DataCache
-    from diagnose.kb import _read_incident
+    from diagnose.base.validated_cache import DataCache
+    from diagnose.store.incidents import _read_incident
 
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "i.yaml")

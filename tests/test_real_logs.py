@@ -85,7 +85,7 @@ def _params():  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("label", list(_params()))
 def test_real_log(know, label):  # type: ignore[no-untyped-def]
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     lab = yaml.safe_load(label.read_text())
     d = scan_paths([str(label.parent / "log.txt")], know)

@@ -25,14 +25,14 @@ def test_the_rule_list_is_not_empty(know):
 
 @pytest.fixture(scope="module")
 def every_rule():  # type: ignore[no-untyped-def]
-    from diagnose.knowledge import Knowledge
+    from diagnose.knowledge.loaded import Knowledge
 
     know = Knowledge.load()
     return know, _rules(know)
 
 
 def test_every_failure_rule_diagnoses_its_own_example_with_a_change(every_rule, tmp_path):
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     know, rules = every_rule
     wrong = []

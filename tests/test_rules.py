@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from diagnose.engines import load_profiles, parse_profile
-from diagnose.errors import RuleError
-from diagnose.model import CLASSES
-from diagnose.rules import load_rules, parse_rule, rule_matches_text
+from diagnose.base.errors import RuleError
+from diagnose.knowledge.engine_profiles import load_profiles, parse_profile
+from diagnose.knowledge.rules import load_rules, parse_rule, rule_matches_text
+from diagnose.model.records import CLASSES
 
 RULES = load_rules(include_builtin=True).rules
 PROFILES = load_profiles()
@@ -180,7 +180,7 @@ def test_validation_cache_trusts_only_unchanged_files(tmp_path, monkeypatch):
 
 
 def test_advice_values_are_filled_from_the_pattern_groups():
-    from diagnose.params import fill_template
+    from diagnose.model.canonical_params import fill_template
 
     assert fill_template("{waited_s*3}", {"waited_s": "600"}) == "1800"
     assert fill_template("{n/2} tokens of {n}", {"n": "8,192"}) == "4096 tokens of 8,192"
@@ -190,7 +190,7 @@ def test_advice_values_are_filled_from_the_pattern_groups():
 
 def test_every_shipped_rule_keeps_the_advice_contract():
     """Every shipped rule's advice names a canonical param, with a value or one the code computes."""
-    from diagnose.params import param_problem
+    from diagnose.model.canonical_params import param_problem
 
     for r in RULES:
         for a in r.advice:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from diagnose.lines import Source
-from diagnose.pipeline import scan_sources
-from diagnose.stages import diagnose
+from diagnose.pipeline.scan import scan_sources
+from diagnose.pipeline.stages import diagnose
+from diagnose.read.sources import Source
 
 from .conftest import FIXTURES
 
@@ -166,8 +166,8 @@ def test_a_restart_after_a_long_serving_run_sees_the_new_runs_phases(tmp_path, k
 def test_a_restart_loop_costs_no_index_build_per_restart(know, tmp_path):
     """Thousands of restarts revive the same markers each time: the index built for that set is
     reused, and the rest of a block is searched a window at a time (#26: linear in bytes)."""
-    from diagnose.lines import read_blocks
-    from diagnose.matcher import Scanner
+    from diagnose.match.scanner import Scanner
+    from diagnose.read.sources import read_blocks
 
     run = (
         "INFO 05-26 18:53:37 [api_server.py:1043] vLLM API server version 0.8.5.post1\n"
@@ -211,7 +211,7 @@ def test_a_traceback_whose_exception_line_never_comes_ends_before_later_errors(t
 def test_lines_only_broad_class_words_woke_are_not_even_split(know):
     """'checkpoint' wakes the weights vocabulary; a progress line holding none of the literals
     its patterns need is dropped after decoding, before the prefix layers are tried."""
-    from diagnose.matcher import Scanner
+    from diagnose.match.scanner import Scanner
 
     sc = Scanner(know.rules, know.profiles)
     sc.set_source("serve.log")
@@ -257,7 +257,7 @@ def test_a_retired_needle_is_skipped_in_the_rest_of_its_block(know):
     """Once the engine is decided, its detection needle ("APIServer pid=", on every vLLM V1
     line) leads nowhere: its matches in the same block are skipped, not taken as candidate
     lines, and no window of the block is searched again."""
-    from diagnose.matcher import Scanner
+    from diagnose.match.scanner import Scanner
 
     sc = Scanner(know.rules, know.profiles)
     sc.set_source("serve.log")
@@ -283,7 +283,7 @@ def test_an_engine_decision_retires_the_same_markers_as_one_at_a_time(know):
     """The markers a decided engine no longer needs are retired as one precomputed group: the
     same retired set and the same live needles as retiring them one by one, also when some of
     them were retired before (a phase already reached)."""
-    from diagnose.matcher import Scanner
+    from diagnose.match.scanner import Scanner
 
     def decide(grouped: bool, first_retired: int):
         sc = Scanner(know.rules, know.profiles)

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from diagnose.scan_command import SCAN_OPTIONS, read_scan_argv
+from diagnose.cli.scan import SCAN_OPTIONS, read_scan_argv
 
 from .conftest import FIXTURES, run
 
 TYPER_CLI = [
     sys.executable,
     "-c",
-    "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli import main; main()",
+    "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli.app import main; main()",
 ]
 OOM_LOG = str(FIXTURES / "logs/vllm/oom-runtime-v1-fragmented.log")
 
@@ -133,9 +133,9 @@ def test_plain_scan_imports_none_of_the_heavy_modules(tmp_path):
 def test_plain_text_is_what_rich_prints_without_a_terminal():
     from rich.console import Console
 
-    from diagnose.pipeline import scan_paths
-    from diagnose.render import render_text
-    from diagnose.styled import print_styled
+    from diagnose.outputs.styled import print_styled
+    from diagnose.outputs.text import render_text
+    from diagnose.pipeline.scan import scan_paths
 
     d = scan_paths([OOM_LOG])
     out = render_text(d, show_all=True)

@@ -147,9 +147,9 @@ CONTEXTS = [
 def test_every_kind_in_every_line_shape_through_every_renderer_and_the_live_view(tmp_path, know, capsys):
     """The matrix (#26): each kind of the corpus, in each line shape, as the error line of a
     failing log, through text, JSON and Markdown output and the live view's last line."""
-    from diagnose.live import LiveSession
-    from diagnose.outputs import emit
-    from diagnose.pipeline import scan_paths
+    from diagnose.live.session import LiveSession
+    from diagnose.outputs.registry import emit
+    from diagnose.pipeline.scan import scan_paths
 
     assert len(CORPUS) >= 25
     leaks = []
@@ -177,8 +177,8 @@ def test_every_kind_in_every_line_shape_through_every_renderer_and_the_live_view
 def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, know):
     """The other ways out (#26): `rules test LOG` shows unexplained lines, a server's error body
     may echo the key it refused, the live view shows the log's last line."""
-    from diagnose.live import LiveSession
-    from diagnose.probe import ProbeResult, _error_cause
+    from diagnose.live.session import LiveSession
+    from diagnose.probe.completion import ProbeResult, _error_cause
 
     secret = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx"
     log = tmp_path / "serve.log"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.matcher import Scanner
-from diagnose.serving import SAMPLE_MAX, SeriesSampler, judge, read_points
+from diagnose.match.scanner import Scanner
+from diagnose.match.serving_series import SAMPLE_MAX, SeriesSampler, judge, read_points
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "logs"
@@ -61,7 +61,7 @@ def sglang_decode(i: int, running: int, queue: int, usage: float, gen: float) ->
 
 
 def diagnose_lines(know, lines: list[str], tmp_path: Path, name: str = "run.log"):  # type: ignore[no-untyped-def]
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     p = tmp_path / name
     p.write_text("\n".join(lines) + "\n")
@@ -160,7 +160,7 @@ def test_every_series_marker_example_gives_two_fields(know):  # type: ignore[no-
 
 
 def test_a_series_field_with_two_groups_is_refused(tmp_path):  # type: ignore[no-untyped-def]
-    from diagnose.engines import parse_profile
+    from diagnose.knowledge.engine_profiles import parse_profile
 
     data = {
         "engine": "mine",
@@ -372,7 +372,7 @@ def test_a_log_without_stats_lines_has_serving_null(tmp_path):  # type: ignore[n
 
 
 def test_counts_after_token_are_not_redacted_but_tokens_are():  # type: ignore[no-untyped-def]
-    from diagnose.redact import redact
+    from diagnose.base.redact import redact
 
     line = "[03:51:54] Decode batch, #running-req: 6, #full token: 2435072, full token usage: 0.92"
     assert redact(line) == line
@@ -401,7 +401,7 @@ def _real_with_stats() -> list[Path]:
 def test_real_logs_with_stats_lines(know, case):  # type: ignore[no-untyped-def]
     import yaml
 
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     label = yaml.safe_load((case / "label.yaml").read_text())
     d = scan_paths([str(case / "log.txt")], know)

@@ -10,8 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.pipeline import scan_paths
-from diagnose.stream import EVENT_KINDS, FEED_BYTES, SCHEMA, Event, Sessions, StreamSession, scan_lines
+from diagnose.pipeline.scan import scan_paths
+from diagnose.stream.session import (
+    EVENT_KINDS,
+    FEED_BYTES,
+    SCHEMA,
+    Event,
+    Sessions,
+    StreamSession,
+    scan_lines,
+)
 
 from .conftest import FIXTURES, REAL_LOGS
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.pipeline import scan_paths
-from diagnose.records import RecordReader
+from diagnose.fleet.record_shapes import RecordReader
+from diagnose.pipeline.scan import scan_paths
 
 from .conftest import FIXTURES, REAL_LOGS, ROOT, run
 
@@ -186,7 +186,7 @@ def test_input_lines_are_batched_per_read_and_an_over_long_line_keeps_its_head()
     import os
     import threading
 
-    from diagnose import stream_command
+    from diagnose.fleet import stream_command
 
     r, w = os.pipe()
     big = b"x" * (stream_command.MAX_INPUT_LINE + 200_000)

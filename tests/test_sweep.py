@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.engines import load_profiles
-from diagnose.errors import InputError
-from diagnose.sweep import compare_sweep, percentile, read_metrics, run_sweep, save_sweep
+from diagnose.base.errors import InputError
+from diagnose.knowledge.engine_profiles import load_profiles
+from diagnose.probe.sweep import compare_sweep, percentile, read_metrics, run_sweep, save_sweep
 
 from .batching_stub import BatchingStub
 
@@ -67,7 +67,7 @@ def test_compare_flags_a_20_percent_slowdown_and_a_changed_output(tmp_path):  # 
 def test_a_baseline_that_is_not_a_sweep_is_a_named_error(tmp_path):  # type: ignore[no-untyped-def]
     bad = tmp_path / "probe.json"
     bad.write_text('{"ttft_ms": 12.0}')
-    from diagnose.sweep import Sweep
+    from diagnose.probe.sweep import Sweep
 
     with pytest.raises(InputError, match="not a sweep baseline"):
         compare_sweep(Sweep(), str(bad), 0.1)
@@ -213,7 +213,7 @@ def test_a_long_prompt_the_context_refuses_is_a_request_cause():  # type: ignore
     ],
 )
 def test_degenerate_output(text, finish, completion, max_tokens, want):  # type: ignore[no-untyped-def]
-    from diagnose.probe import degenerate
+    from diagnose.probe.completion import degenerate
 
     got = degenerate(text, finish, completion, max_tokens)
     assert (got is None) if want is None else (got is not None and got.startswith(want)), got

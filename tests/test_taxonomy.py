@@ -9,11 +9,13 @@ import re
 import pytest
 import yaml
 
-from diagnose import model, render, triage
 from diagnose.advice import core as advice
-from diagnose.errors import RuleError
-from diagnose.shipped import builtin_rules_dir
-from diagnose.taxonomy import TAXONOMY, load, parse
+from diagnose.base.data_files import builtin_rules_dir
+from diagnose.base.errors import RuleError
+from diagnose.findings import triage
+from diagnose.model import records as model
+from diagnose.model.taxonomy import TAXONOMY, load, parse
+from diagnose.outputs import text as render
 
 from .conftest import SHARED
 

@@ -37,7 +37,7 @@ WRAPPERS = {
 
 
 def _verdict(know, path) -> tuple:  # type: ignore[no-untyped-def,type-arg]
-    from diagnose.pipeline import scan_paths
+    from diagnose.pipeline.scan import scan_paths
 
     d = scan_paths([str(path)], know)
     p = d.primary

@@ -13,12 +13,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..engines import Profiles, flag_for
-from ..facts import as_float, as_int
-from ..model import Change, Finding
-from ..params import fill_template
-from ..settings import default_of, value_in_force
-from ..taxonomy import TAXONOMY
+from ..knowledge.engine_profiles import Profiles, flag_for
+from ..knowledge.settings_in_force import default_of, value_in_force
+from ..model.canonical_params import fill_template
+from ..model.records import Change, Finding
+from ..model.taxonomy import TAXONOMY
+from ..model.typed_facts import as_float, as_int
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import RuleError
-from ..params import ADVICE_SITUATIONS as SITUATIONS
-from ..shipped import builtin_rules_dir
+from ..base.data_files import builtin_rules_dir
+from ..base.errors import RuleError
+from ..model.canonical_params import ADVICE_SITUATIONS as SITUATIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,11 +67,11 @@ def advice_data(path: str | None = None) -> AdviceData:
     """The shipped advice data (or the file given)."""
     global _DATA
     if path is not None:
-        from ..datacache import load_yaml
+        from ..base.validated_cache import load_yaml
 
         return parse(load_yaml(path), path)
     if _DATA is None:
-        from ..datacache import load_validated
+        from ..base.validated_cache import load_validated
 
         where = os.path.join(builtin_rules_dir(), "advice", "advice.yaml")
         _DATA = load_validated(where, lambda data, _trusted: parse(data, where))

@@ -3,8 +3,8 @@ checklist), and a log that simply stops mid-startup."""
 
 from __future__ import annotations
 
-from ..model import Finding
-from ..taxonomy import TAXONOMY
+from ..model.records import Finding
+from ..model.taxonomy import TAXONOMY
 from .core import Advisor, as_int
 
 # Phases where a log that simply stops is, far more often than not, a stall worth acting on.

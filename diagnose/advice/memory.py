@@ -161,7 +161,7 @@ def seqs_that_fit(a: Advisor, dry: bool = False) -> int | None:
 
 
 def weight_gib_at(shape: Any, tp: int) -> float:
-    from ..budget import GIB, weight_bytes
+    from ..budget.estimate import GIB, weight_bytes
 
     return weight_bytes(shape) / tp / GIB
 
@@ -172,7 +172,7 @@ def tp_from_budget(a: Advisor) -> None:
     total = as_float(a.finding.facts.get("total_gib"))
     if s is None or total is None:
         return
-    from ..budget import engine_units, plan
+    from ..budget.estimate import engine_units, plan
 
     engine = a.ctx.engine if a.ctx.engine in a.ctx.profiles.by_engine else "generic"
     units = engine_units(engine, a.ctx.profiles)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..engines import Profiles
-from ..model import Change, Finding
+from ..knowledge.engine_profiles import Profiles
+from ..model.records import Change, Finding
 from . import environment, hang, memory, parallelism, port, request, weights
 from .core import Advisor, Context, HostPorts, ValueFn
 from .data import advice_data

@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from diagnose.mined import ERROR_LEVELS, MinedKnowledge, Template, knowledge
+from diagnose.knowledge.mined import ERROR_LEVELS, MinedKnowledge, Template, knowledge
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MINED = ROOT / "rules" / "mined"
@@ -24,7 +24,7 @@ MINED = ROOT / "rules" / "mined"
 
 def _templates(directory: Path) -> dict[str, tuple[dict, list[Template]]]:
     """Each source's data and templates, as the scan reads them (with their function's phase)."""
-    from diagnose.mined import Bundle
+    from diagnose.knowledge.mined import Bundle
 
     out = {}
     for path in sorted(p for p in directory.glob("*.json") if not p.name.endswith(".index.json")):
@@ -84,7 +84,7 @@ def heldout(directory: Path) -> None:
     """For each source: the templates first seen in its newest version; the class the tool
     gives their line knowing only the older versions (rules, vocabulary, older templates)
     against the class the table gives the new template itself."""
-    from diagnose.knowledge import Knowledge
+    from diagnose.knowledge.loaded import Knowledge
 
     know = Knowledge.load()
     older = MinedKnowledge(str(directory))
@@ -112,16 +112,16 @@ def _classify_line(
     line: str, engine: str, know, older: MinedKnowledge, module: str = "x.py", function: str = "f"
 ) -> str:
     """What a scan of an excerpt ending on this exception line says, with only older knowledge."""
-    import diagnose.mined as mined_mod
+    import diagnose.knowledge.mined as mined_mod
 
     saved = dict(mined_mod._knowledge)
     mined_mod._knowledge[str(MINED)] = older
     try:
         import tempfile
 
-        from diagnose.lines import resolve_sources
-        from diagnose.pipeline import scan_sources
-        from diagnose.stages import diagnose
+        from diagnose.pipeline.scan import scan_sources
+        from diagnose.pipeline.stages import diagnose
+        from diagnose.read.sources import resolve_sources
 
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
             if module.endswith(".py"):

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from diagnose.atomic import atomic_write
-from diagnose.mined import write_index
+from diagnose.base.atomic import atomic_write
+from diagnose.knowledge.mined import write_index
 
 
 def _ranges(seen: list[int], versions: list[str]) -> str:

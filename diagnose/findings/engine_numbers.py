@@ -1,0 +1,155 @@
+"""Evidence from the engine's own numbers, when the exception that would say it is missing.
+
+A log cut right after the engine sized its memory (a pasted excerpt, a container killed
+mid-raise, a traceback lost to another stream) still carries the values the engine printed.
+The relations the engines themselves check are checked here, once, for every engine, from
+the values the profiles' `observe` markers read:
+
+- the KV-cache memory profiling left is zero or negative (vLLM V1 "Available KV cache
+  memory", V0 "the rest of the memory reserved for KV Cache is");
+- no KV block or token fits (vLLM "# GPU blocks: 0", any engine's KV size of 0 tokens);
+- the blocks V0 allocated hold fewer tokens than one max_model_len request (vLLM raises
+  "max seq len … larger than … KV cache" right after printing them);
+- SGLang's free memory after the weights is below the share it keeps outside its static
+  pool, (1 − mem_fraction_static) × the free memory at start: the KV pool gets nothing.
+
+Each gives a `kv_cache_too_small` finding with the values as facts and the line that
+printed the telling value as evidence; none is drawn once a memory failure is already
+found or the server became ready.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..knowledge.settings_in_force import value_in_force
+from ..model.records import Finding
+from ..model.typed_facts import as_float, as_int
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..knowledge.engine_profiles import Profiles
+    from ..match.scanner import ScanResult
+
+
+def _finding(
+    result: ScanResult, source: str, key: str, rule: str, title: str, why: str, facts: dict[str, Any]
+) -> Finding:
+    number, text = result.observed_where.get(key, (0, ""))
+    return Finding(
+        rule=f"consistency.{rule}",
+        cls="kv_cache_too_small",
+        severity="fatal",
+        title=title,
+        line=number,
+        source=source,
+        evidence=text,
+        facts=facts,
+        oom_phase="startup",
+        phase_evidence="the KV cache is sized after the weights load",
+        confidence="medium",
+        note=f"from the engine's own numbers: {why}; the exception that says so is not in the log",
+    )
+
+
+def check(
+    result: ScanResult, profiles: Profiles, engine: str, findings: list[Finding], source: str
+) -> list[Finding]:
+    """Findings the engine's numbers prove and nothing else in the log says (the first that holds)."""
+    if "ready" in result.phase_last_line or any(
+        f.severity == "fatal" and f.layer == "memory" for f in findings
+    ):
+        return []
+    launch = {k: v for k, v in result.launch.items() if v is not None}  # None in a dump: the default
+    for proof in (_kv_memory_not_positive, _kv_capacity_zero, _kv_below_max_len, _static_pool_empty):
+        f = proof(result, launch, profiles, engine, source)
+        if f is not None:
+            return [f]
+    return []
+
+
+def _kv_memory_not_positive(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    avail = result.observed.get("kv_avail_gib")
+    if not (isinstance(avail, float | int) and avail <= 0):
+        return None
+    return _finding(
+        result,
+        source,
+        "kv_avail_gib",
+        "kv-memory-not-positive",
+        "Profiling left no memory for the KV cache",
+        f"{avail} GiB were left for the KV cache after weights and activations",
+        {"available_gib": avail},
+    )
+
+
+def _kv_capacity_zero(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    obs = result.observed
+    if not (obs.get("gpu_blocks") == 0 or obs.get("kv_tokens") == 0):
+        return None
+    key = "gpu_blocks" if obs.get("gpu_blocks") == 0 else "kv_tokens"
+    return _finding(
+        result,
+        source,
+        key,
+        "kv-capacity-zero",
+        "No KV-cache block fits in the memory left",
+        "the engine sized its KV cache at zero",
+        {key: 0},
+    )
+
+
+def _kv_below_max_len(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    """A block count without the tokens (vLLM V0): blocks × the block size in force (its
+    profile's default) against max_model_len."""
+    obs = result.observed
+    blocks = obs.get("gpu_blocks")
+    max_len = obs.get("max_model_len") or result.launch.get("max_model_len")
+    block_size = as_int(value_in_force("block_size", launch, profiles, engine, observed=obs))
+    if not (block_size and isinstance(blocks, int) and isinstance(max_len, int) and "kv_tokens" not in obs):
+        return None
+    tokens = blocks * block_size
+    if tokens >= max_len:
+        return None
+    return _finding(
+        result,
+        source,
+        "gpu_blocks",
+        "kv-capacity-below-max-len",
+        "KV cache cannot hold one request of max_model_len",
+        f"{blocks} blocks × {block_size} tokens = {tokens} tokens, below max_model_len {max_len}",
+        {"kv_tokens": tokens, "max_model_len": max_len, "gpu_blocks": blocks},
+    )
+
+
+def _static_pool_empty(
+    result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
+) -> Finding | None:
+    """A static pool (SGLang): (1 − fraction) of the memory free at start must stay free
+    after the weights, or no KV pool is left."""
+    obs = result.observed
+    start, after = obs.get("free_start_gib"), obs.get("free_after_weights_gib")
+    static = profiles.get(engine).memory.get("kv_budget") == "free_static"
+    if not (static and isinstance(start, float | int) and isinstance(after, float | int) and start > 0):
+        return None
+    mfs = as_float(value_in_force("gpu_memory_utilization", launch, profiles, engine, observed=obs))
+    if mfs is None or after - start * (1 - mfs) > 0:
+        return None
+    needed = math.ceil((1 - after / start) * 100) / 100 + 0.01
+    return _finding(
+        result,
+        source,
+        "free_after_weights_gib",
+        "static-pool-empty",
+        "No memory left for SGLang's KV pool under --mem-fraction-static",
+        f"{after} GiB free after the weights is below (1 − {mfs}) × {start} GiB free at start",
+        {"mem_fraction_static": mfs, "min_fraction": round(needed, 2), "free_after_weights_gib": after},
+    )

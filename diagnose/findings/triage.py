@@ -1,0 +1,609 @@
+"""From rule hits to findings: OOM phase, merging across ranks, consequences, order, status."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..knowledge.engine_profiles import Profiles
+from ..match.hitbook import RecordedHit
+from ..match.scanner import ScanResult
+from ..model.records import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
+from ..model.taxonomy import TAXONOMY
+from ..read.clock import seconds
+from . import from_sources
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..model.records import Line
+
+LAYER_ORDER = TAXONOMY.layers
+CLASS_ORDER = TAXONOMY.class_order
+SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2, "info": 3}
+MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
+CONTEXT_AFTER = 60  # lines after an error whose context still tells its phase
+RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
+
+# Time a phase may take before a scan of a finished log calls it a hang (seconds), and what
+# it usually waits on (rules/taxonomy/taxonomy.yaml).
+HANG_BUDGET_S = TAXONOMY.hang_budget_s
+HANG_WAITS_ON = TAXONOMY.waits_on
+
+
+def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
+    if forced:
+        info = EngineInfo(name=forced, reason="forced with --engine")
+    elif result.engine_scores:
+        name, _score = max(result.engine_scores.items(), key=lambda kv: kv[1])
+        info = EngineInfo(name=name, reason=result.engine_reason.get(name))
+    else:
+        info = EngineInfo(name="generic", reason="no engine-specific line found")
+    own = {k.partition("/")[2]: v for k, v in result.variant_scores.items() if k.startswith(info.name + "/")}
+    if own:
+        info.variant = max(own.items(), key=lambda kv: kv[1])[0] or None
+    info.version = result.version
+    said = (result.observed.get(k) for k in PLATFORM_KEYS)
+    info.platform = next((p for p in map(platform_of, said) if p), None)
+    return info
+
+
+# what logs call a platform → one name per platform (the allocator says HIP on ROCm)
+_PLATFORMS = {
+    "cuda": "cuda",
+    "hip": "rocm",
+    "rocm": "rocm",
+    "npu": "npu",
+    "ascend": "npu",
+    "xpu": "xpu",
+    "mps": "mps",
+    "metal": "metal",
+    "vulkan": "vulkan",
+    "sycl": "sycl",
+    "cpu": "cpu",
+    "tpu": "tpu",
+    "musa": "musa",
+    "cann": "npu",
+}
+
+
+PLATFORM_KEYS = (
+    "platform_alloc",
+    "platform_mps",
+    "platform_ggml",
+    "platform_ggml_buffer",
+    "platform_backend",
+    "platform_plugin",
+    "platform",
+)
+
+
+def platform_of(said: Any) -> str | None:
+    return _PLATFORMS.get(str(said).lower()) if said else None
+
+
+def _frames(rec: RecordedHit) -> list[str]:
+    out: list[str] = []
+    loc = rec.hit.line.location
+    if loc:
+        out.append(loc.rsplit("/", 1)[-1].split(":", 1)[0].removesuffix(".py"))
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None:
+            out.extend(tb.frames)
+            if tb.exception is not None and tb.exception.location:
+                out.append(tb.exception.location.split(":", 1)[0].removesuffix(".py"))
+    return out
+
+
+def stack_phase(frames: list[str], profiles: Profiles, engine: str) -> tuple[str, str] | None:
+    """(phase, the frame that tells it) from the stack hints: the first tier with a frame wins."""
+    names = set(frames)
+    if not names:
+        return None
+    hints = list(profiles.get(engine).stack_hints) if engine != "generic" else []
+    hints += profiles.get("generic").stack_hints
+    for phase, tokens in hints:
+        hit = next((f for f in frames if f in tokens), None)
+        if hit is not None:
+            return phase, hit
+    return None
+
+
+def _phase_from_marks(phase: str | None) -> str | None:
+    if phase is None:
+        return None
+    idx = PHASE_INDEX[phase]
+    if idx >= PHASE_INDEX["serving"]:
+        return "runtime"
+    if idx >= PHASE_INDEX["weights_loaded"]:
+        return "startup"
+    if phase == "load_weights":
+        return "load"
+    return None
+
+
+def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
+    """Seconds from ready to this hit, when the log's clock tells."""
+    ready_t = next((seconds(m.time) for m in result.timeline if m.phase == "ready"), None)
+    now = seconds(rec.hit.line.timestamp or rec.last_time)
+    if ready_t is None or now is None or now < ready_t:
+        return None
+    return int(now - ready_t)
+
+
+def _mark_line(result: ScanResult, phase: str, before: int) -> str:
+    """ " (line N)" of the phase's mark before this line, or "" (an earlier run's timeline is
+    gone once the server restarted)."""
+    lines = [m.line for m in result.timeline if m.phase == phase and m.line <= before]
+    return f" (line {lines[-1]})" if lines else ""
+
+
+def oom_phase(
+    rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles, engine: str
+) -> tuple[str, str | None, str]:
+    """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context'/
+    'default', and the evidence that decided it, in words)."""
+    at = rec.hit.line.number
+    if cls == "kv_cache_too_small":
+        return "startup", None, "the KV cache is sized after the weights load"
+    reached = rec.reached
+    if "serving" in reached:
+        return "runtime", None, f"requests were being served{_mark_line(result, 'serving', at)}"
+    if "ready" in reached:
+        up = uptime(rec, result)
+        ready_at = _mark_line(result, "ready", at)
+        if up is not None and up > RUNTIME_AFTER_READY_S:
+            return "runtime", None, f"{up} s after the server became ready{ready_at}"
+        return "startup", None, f"right after the server became ready{ready_at}, before serving"
+    from_marks = _phase_from_marks(rec.phase_at)
+    if from_marks and rec.phase_at:
+        where = _mark_line(result, rec.phase_at, at)
+        label = TAXONOMY.phase_label.get(rec.phase_at, rec.phase_at)
+        return from_marks, None, f"the startup timeline: during {label}{where}"
+    st = stack_phase(_frames(rec), profiles, engine)
+    if st:
+        return st[0], "stack", f"the stack: frame {st[1]}"
+    mined = from_sources.stack_phase(_tb_frames(rec), engine)
+    if mined:
+        return (
+            mined[0],
+            "stack",
+            (
+                f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
+            ),
+        )
+    if rec.rule is not None and rec.rule.oom_phase:
+        return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
+    said = from_sources.message_phase(_evidence_lines(rec), engine)
+    if said:
+        return said[0], "message", f"the message: {engine} prints it from {said[1]}"
+    if rec.phase_at is None and _server_was_up_after(rec, result):
+        return "runtime", "context", "the HTTP server shut down cleanly after it, so it had been up"
+    ctx = _phase_from_marks(rec.phase_after)
+    if ctx:
+        return ctx, "context", f"the next startup line after it is {rec.phase_after}"
+    if rec.phase_at is not None:
+        # before weights started loading: CUDA context, NCCL buffers, model construction
+        return "load", None, f"the startup timeline: before the weights loaded ({rec.phase_at})"
+    return "startup", "default", "assumed: the log has no timeline, telling stack or context"
+
+
+def _tb_frames(rec: RecordedHit) -> list[str]:
+    """Function and file stem pairs, outermost first, of the hit's traceback."""
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None and tb.frames:
+            return tb.frames
+    return []
+
+
+def _evidence_lines(rec: RecordedHit) -> list[Line]:
+    """The hit's line and its traceback's exception line."""
+    lines = [rec.hit.line]
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None and tb.exception is not None and tb.exception is not rec.hit.line:
+            lines.append(tb.exception)
+    return lines
+
+
+def _raised(rec: RecordedHit) -> list[tuple[Line, str]]:
+    """(line, module that printed it): the exception line with the innermost frame's module,
+    or an error line with its logger's own location ([arg_utils.py:1234], source=server.go:90)."""
+    out = [
+        (tb.exception, tb.innermost_file)
+        for tb in (rec.tb, rec.near_tb)
+        if tb is not None and tb.exception is not None and tb.innermost_file
+    ]
+    line = rec.hit.line
+    if not out and line.location and rec.tb is None:
+        out.append((line, line.location.rsplit(":", 1)[0]))
+    return out
+
+
+APP_SHUTDOWN_RULE = "uvicorn.app-shutdown"
+
+
+def _server_was_up_after(rec: RecordedHit, result: ScanResult) -> bool:
+    """The HTTP server shut down cleanly right after the error: it had completed its startup,
+    so a log cut before any startup line was serving when the error came."""
+    line = rec.hit.line
+    return any(
+        h.hit.rule_id == APP_SHUTDOWN_RULE
+        and h.hit.line.source == line.source
+        and 0 < h.hit.line.number - line.number <= CONTEXT_AFTER
+        for h in result.hits
+    )
+
+
+def _specificity(rec: RecordedHit) -> int:
+    if rec.rule is None:
+        return 0
+    score = 1
+    if "any" not in rec.rule.engines:
+        score += 2
+    if rec.rule.oom_phase:
+        score += 1
+    if any("to" in a for a in rec.rule.advice):
+        score += 1  # a rule that names the value knows this message better
+    return score
+
+
+def pick_vocabulary(rec: RecordedHit) -> VocabHit | None:
+    """The class words that best describe an unexplained error: those on its own exception
+    line first, then those inside its traceback or after it, then those just before it;
+    within each, in triage order (memory first), then the nearest."""
+    own = {rec.hit.line.number}
+    hits = list(rec.vocab)
+    begin = rec.hit.line.number
+    for tb in (rec.tb, rec.near_tb):
+        if tb is not None:
+            hits += tb.vocab
+            begin = min(begin, tb.start.number)
+            if tb.exception is not None:
+                own.add(tb.exception.number)
+    best: tuple[int, int, int] | None = None
+    choice = None
+    for v in hits:
+        if v.cls == "unknown_error":
+            continue
+        n = v.line.number
+        rank = 0 if n in own else 1 if n >= begin else 2
+        key = (rank, CLASS_ORDER.index(v.cls), abs(n - rec.hit.line.number))
+        if best is None or key < best:
+            best, choice = key, v
+    return choice
+
+
+def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[Finding]:
+    """One finding per kept hit, its class read, its OOM typed, its restarts counted; what the
+    server survived demoted; then merged across ranks and streams."""
+    raw: list[tuple[RecordedHit, Finding]] = []
+    for rec in _counted(result):
+        f = _finding_of(rec, engine)
+        if f is None:
+            continue
+        if f.cls in ("oom", "kv_cache_too_small"):
+            f.oom_phase, f.phase_inferred, f.phase_evidence = oom_phase(rec, f.cls, result, profiles, engine)
+            up = uptime(rec, result) if f.oom_phase == "runtime" else None
+            if up is not None:
+                f.facts["uptime_s"] = up
+        last_run, runs = result.earlier_runs, result.rule_runs.get(rec.hit.rule_id, 0)
+        if last_run > 0 and rec.run == last_run and runs > 1:
+            f.facts["runs"] = last_run + 1
+            f.facts["runs_failed_alike"] = runs
+            _add_note(f, f"the same failure in {runs} of {last_run + 1} runs (the server was restarted)")
+        if (rec.rule is not None and rec.rule.severity == "info") or _names_itself(rec):
+            raw.append((rec, _as_stop(f)))
+            continue
+        _demote_survived(f, rec, result)
+        raw.append((rec, f))
+    _quiet_after_stop(raw, result.earlier_runs)
+    return _merge(raw)
+
+
+def _counted(result: ScanResult) -> list[RecordedHit]:
+    """The hits that make findings. A restart loop: earlier runs that failed the way the last
+    one did are summarised on the last run's finding; of the other earlier failures, the
+    latest of each rule is kept."""
+    last_run = result.earlier_runs
+    in_last = {rec.hit.rule_id for rec in result.hits if rec.run == last_run}
+    latest_earlier: dict[str, int] = {}
+    for rec in result.hits:
+        if rec.run < last_run:
+            latest_earlier[rec.hit.rule_id] = rec.run
+    return [
+        rec
+        for rec in result.hits
+        if not (rec.rule is not None and rec.rule.severity == "ignore")
+        and not (
+            rec.run < last_run
+            and (rec.hit.rule_id in in_last or latest_earlier.get(rec.hit.rule_id) != rec.run)
+        )
+    ]
+
+
+def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
+    """The hit as a finding with its class: the rule's, else the engine's own template's, the
+    vocabulary's or the class table's; None for a line the engine prints as a mere warning."""
+    rule, line = rec.rule, rec.hit.line
+    f = Finding(
+        rule=rec.hit.rule_id,
+        cls=rule.cls if rule is not None and rule.cls else "unknown_error",
+        severity=rule.severity if rule is not None else "fatal",
+        title=rule.title if rule is not None else (rec.synthetic_title or "An error no rule explains"),
+        line=line.number,
+        source=line.source,
+        evidence=line.message.strip() or line.text.strip(),
+        facts=dict(rec.hit.facts),
+        phase_at=rec.phase_at,
+        time=line.timestamp or rec.last_time,
+        ranks=[line.rank] if line.rank is not None else [],
+        consequence=bool(rule.consequence) if rule is not None else False,
+        frames=_frames(rec),
+    )
+    # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
+    mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
+    warned = mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None
+    if warned and line.level != "CRITICAL":
+        return None  # the engine prints this line itself as a warning: part of a healthy run
+    if mined is not None and mined.cls != "unknown_error":
+        if from_sources.apply_template(f, mined) == "request" and f.severity == "fatal":
+            f.severity = "error"
+    elif f.cls == "unknown_error":
+        if mined is not None:
+            f.facts["template"] = mined.template.id
+        _read_unknown(f, rec, mined is None and rule is None, engine)
+    return f
+
+
+def _read_unknown(f: Finding, rec: RecordedHit, no_knowledge: bool, engine: str) -> None:
+    """An error no rule or template classes: its class's vocabulary nearby, else the mined
+    class table on what it raised (`no_knowledge`: neither a rule nor a template knows it)."""
+    line = rec.hit.line
+    vh = pick_vocabulary(rec)
+    if vh is None and any(v.cls == "unknown_error" and v.line is line for v in rec.vocab):
+        # "… crashed", "… died", "failed to start": a wrapper; its cause is printed before it
+        f.consequence = True
+    if vh is not None:
+        f.cls = vh.cls
+        f.rule, f.title, f.consequence, f.confidence = vh.rule_id, vh.title, False, "low"
+        if f.cls == "request" and f.severity == "fatal":
+            f.severity = "error"  # one request failed; the server is judged on the rest
+        if vh.line.number != line.number and _is_exception_line(vh, rec):
+            f.line, f.evidence = vh.line.number, vh.line.message.strip()
+        f.facts["vocabulary_term"] = vh.term
+        f.note = (
+            f"recognised by the vocabulary of its class ({vh.term!r}, line {vh.line.number}): "
+            "no specific rule knows this message, so this reading is less certain"
+        )
+    elif no_knowledge:
+        from_sources.apply_class_table(f, _raised(rec), engine)
+
+
+def _demote_survived(f: Finding, rec: RecordedHit, result: ScanResult) -> None:
+    """An error the server got past (an earlier run, ready afterwards, serving went on) is a
+    warning, with the reason said first."""
+    line = rec.hit.line.number
+    first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
+    later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
+    severity = rec.rule.severity if rec.rule is not None else "fatal"
+    later = None
+    if rec.run < result.earlier_runs:
+        later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
+    elif severity == "fatal" and first_ready is not None and first_ready > line:
+        later = f"the server still became ready afterwards (line {first_ready})"
+    elif rec.rule is None and later_progress > line and result.phase_last_line.get("ready") is not None:
+        later = f"the server kept running afterwards (line {later_progress})"
+    if later:
+        f.severity = "warning"
+        _add_note(f, later, first=True)
+
+
+def _add_note(f: Finding, text: str, first: bool = False) -> None:
+    if not f.note:
+        f.note = text
+    else:
+        f.note = f"{text}; {f.note}" if first else f"{f.note}; {text}"
+
+
+def _names_itself(rec: RecordedHit) -> bool:
+    """A server naming its own pid as the holder of its port: it is saying goodbye, not clashing."""
+    holder = rec.hit.facts.get("holder_pid")
+    return holder is not None and rec.hit.line.pid is not None and int(holder) == rec.hit.line.pid
+
+
+def _as_stop(f: Finding) -> Finding:
+    if f.cls != "stop":
+        f.title = f"The server named itself at exit ({f.title.lower()}): a stop, not a clash"
+        f.cls = "stop"
+    f.severity = "info"
+    f.consequence = False
+    return f
+
+
+def _quiet_after_stop(raw: list[tuple[RecordedHit, Finding]], last_run: int) -> None:
+    """What a stopped server prints while it tears down (tracebacks, "engine dead", NCCL and
+    port warnings) is part of the stop. A memory failure stays what it is, and anything
+    before the stop, or in an earlier run, is untouched."""
+    stops: dict[str, int] = {}
+    for rec, f in raw:
+        if f.cls == "stop" and rec.run == last_run:
+            stops[f.source] = min(stops.get(f.source, f.line), f.line)
+    if not stops:
+        return
+    for rec, f in raw:
+        at = stops.get(f.source)
+        if at is None or rec.run != last_run or f.cls == "stop" or f.line < at:
+            continue
+        if f.layer == "memory":
+            continue
+        f.severity = "info"
+        _add_note(f, f"printed while the server stopped (line {at})", first=True)
+
+
+def _is_exception_line(vh: VocabHit, rec: RecordedHit) -> bool:
+    """Is the vocabulary's line the exception line of this error's traceback (a better evidence)?"""
+    return any(
+        tb is not None and tb.exception is not None and tb.exception.number == vh.line.number
+        for tb in (rec.tb, rec.near_tb)
+    )
+
+
+def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
+    """One finding per event: the same class on several ranks, or a summary line plus its traceback."""
+    groups: list[list[tuple[RecordedHit, Finding]]] = []
+    for rec, f in raw:
+        for g in groups:
+            head = g[0][1]
+            if (
+                head.cls == f.cls
+                and head.source == f.source
+                and g[0][0].run == rec.run
+                and abs(f.line - g[-1][1].line) <= MERGE_DISTANCE
+                and (head.severity == f.severity or head.cls != "unknown_error")
+            ):
+                g.append((rec, f))
+                break
+        else:
+            groups.append([(rec, f)])
+    out: list[Finding] = []
+    for g in groups:
+        _best_rec, best = max(
+            g, key=lambda rf: (-SEVERITY_RANK.get(rf[1].severity, 9), _specificity(rf[0]), -rf[1].line)
+        )
+        earliest = min(g, key=lambda rf: rf[1].line)[1]
+        merged = replace(best, facts={})
+        ranks: set[int] = set()
+        merged.frames = []
+        for _rec, f in sorted(g, key=lambda rf: -_specificity(rf[0])):
+            for k, v in f.facts.items():
+                merged.facts.setdefault(k, v)
+            ranks.update(f.ranks)
+            merged.frames.extend(f.frames)
+        merged.ranks = sorted(ranks)
+        merged.count = len(
+            {(f.source, f.line) for _r, f in g}
+        )  # lines, not rules: two rules on one line are one
+        merged.severity = min((f.severity for _r, f in g), key=lambda s: SEVERITY_RANK.get(s, 9))
+        merged.consequence = all(f.consequence for _r, f in g)
+        if merged.oom_phase is None:
+            merged.oom_phase = next((f.oom_phase for _r, f in g if f.oom_phase), None)
+        if best.phase_inferred and earliest.oom_phase and not earliest.phase_inferred:
+            merged.oom_phase, merged.phase_inferred = earliest.oom_phase, None
+            merged.phase_evidence = earliest.phase_evidence
+        out.append(merged)
+    return out
+
+
+def _sort_key(f: Finding) -> tuple[Any, ...]:
+    return (
+        SEVERITY_RANK.get(f.severity, 9),
+        f.consequence,
+        LAYER_ORDER.index(CLASS_LAYER[f.cls]),
+        CLASS_ORDER.index(f.cls),
+        f.line,
+    )
+
+
+def _after(f: Finding, g: Finding) -> bool:
+    """Did f happen after g? The same file: by line; merged logs of one run: by their clocks
+    (with no clock to tell, another rank's error is taken as following)."""
+    if f.source == g.source:
+        return f.line > g.line
+    tf, tg = seconds(f.time), seconds(g.time)
+    return tf is None or tg is None or tf >= tg
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Triage order, and errors that follow another cause marked as its consequences."""
+    memory = [f for f in findings if f.layer == "memory" and f.severity == "fatal" and not f.consequence]
+    first_memory = min(memory, key=lambda f: (seconds(f.time) or 0, f.line)) if memory else None
+    named = [f for f in findings if f.cls not in ("unknown_error", "stop") and f.severity == "fatal"]
+    for f in findings:
+        if first_memory is not None and f.cls == "nccl" and f.severity == "fatal" and _after(f, first_memory):
+            f.consequence = True
+            f.note = f.note or f"follows the memory failure at {first_memory.source}:{first_memory.line}"
+        if (
+            f.cls == "unknown_error"
+            and not f.consequence
+            and f.rule == "generic.unexplained-error"
+            and any(_after(f, g) for g in named)
+        ):
+            f.consequence = True
+    return sorted(findings, key=_sort_key)
+
+
+def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | None:
+    """A finished log whose last phase ran past its budget with no error: stuck there."""
+    if not timeline or "ready" in {m.phase for m in timeline}:
+        return None
+    last = latest_mark(timeline)
+    budget = HANG_BUDGET_S.get(last.phase)
+    t0, t1 = seconds(last.time), seconds(result.last_time)
+    if budget is None or t0 is None or t1 is None or t1 - t0 <= budget:
+        return None
+    return Finding(
+        rule="generic.hang",
+        cls="hang",
+        severity="error",
+        title=f"No progress in {last.phase} for {int(t1 - t0)} s (budget {budget} s)",
+        line=last.line,
+        source=last.source,
+        evidence=last.text,
+        phase_at=last.phase,
+        time=last.time,
+        facts={"phase": last.phase, "stuck_s": int(t1 - t0), "budget_s": budget},
+        note=f"this phase usually waits on {HANG_WAITS_ON.get(last.phase, 'I/O')}",
+    )
+
+
+def live_hang_finding(
+    timeline: list[PhaseMark], phase: str, stuck: float, budget: float, source: str, line: int, last_line: str
+) -> Finding:
+    """A phase with no progress for longer than its budget while the log is followed (`watch`,
+    `run`, a stream's session): `line` and `last_line` stand in when the phase has no mark."""
+    mark = next((m for m in timeline if m.phase == phase), None)
+    return Finding(
+        rule="live.hang",
+        cls="hang",
+        severity="fatal",
+        title=f"No progress in {TAXONOMY.phase_label.get(phase, phase)} for {int(stuck)} s (budget {int(budget)} s)",
+        line=mark.line if mark else line,
+        source=source,
+        evidence=last_line or (mark.text if mark else "(no output yet)"),
+        phase_at=phase,
+        facts={"phase": phase, "stuck_s": int(stuck), "budget_s": int(budget)},
+        note=f"this phase usually waits on {HANG_WAITS_ON.get(phase, 'I/O')}",
+    )
+
+
+# Findings that do not make a running server degraded: a rejected request is the client's,
+# and an exception the server carried on after is noise until it repeats into a failure.
+NOT_DEGRADING = {"request", "unknown_error", "stop"}
+
+
+def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
+    if any(f.severity == "fatal" for f in findings):
+        return "failed"
+    if any(f.cls not in NOT_DEGRADING and f.severity != "info" for f in findings):
+        return "degraded"
+    if any(m.phase in ("ready", "serving") for m in timeline):
+        return "ready"
+    return "incomplete"
+
+
+def latest_mark(timeline: list[PhaseMark]) -> PhaseMark:
+    """The phase the log reached last. Engines name their first phases in different orders (a
+    V1 log names its platform before its arguments: stopped after the arguments, it is in
+    `args`, not in `devices`), so those go by the log's order; once the startup is past
+    distributed init, a late echo of an early marker does not move it back."""
+    last = timeline[-1]  # in the order the log reached them
+    furthest = max(timeline, key=lambda m: PHASE_INDEX[m.phase])
+    if PHASE_INDEX[furthest.phase] >= PHASE_INDEX["distributed_init"]:
+        return furthest if PHASE_INDEX[last.phase] < PHASE_INDEX[furthest.phase] else last
+    return last
+
+
+def last_phase(timeline: list[PhaseMark]) -> str | None:
+    if not timeline:
+        return None
+    return latest_mark(timeline).phase

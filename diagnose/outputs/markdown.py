@@ -1,0 +1,85 @@
+"""A diagnosis as Markdown, to paste into an issue or a chat thread."""
+
+from __future__ import annotations
+
+from ..model.records import Diagnosis
+from .text import (
+    PHASE_LABEL,
+    STATUS_MARK,
+    _facts_text,
+    change_text,
+    describe,
+    ranks_text,
+    serving_headline,
+    verdict,
+)
+
+
+def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
+    """The Markdown output (outputs.OUTPUTS["markdown"]): for an issue or a chat thread."""
+    mark = STATUS_MARK.get(d.status, ("?", ""))[0]
+    eng = d.engine.label
+    out = [
+        f"### {mark} {verdict(d)}",
+        "",
+        f"**Engine:** {eng} · **Status:** `{d.status}` · **Last phase:** `{d.last_phase or '—'}`",
+        "",
+    ]
+    p = d.primary
+    if p:
+        rk = f", ranks {ranks_text(p.ranks)}" if len(p.ranks) > 1 else ""
+        out += [
+            f"**Evidence** (`{p.source}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
+            + (f", OOM phase `{p.oom_phase}`" if p.oom_phase else "")
+            + "):",
+            "",
+            "```",
+            p.evidence[:2000],
+            "```",
+            "",
+        ]
+        if p.facts:
+            out += ["**Facts:** " + _facts_text(p.facts), ""]
+    if d.advice:
+        c = d.advice[0]
+        out += [
+            "**Next change:** `" + change_text(c) + "`",
+            "",
+            f"- why: {c.why}",
+            f"- verify: {c.verify}",
+            "",
+        ]
+        if len(d.advice) > 1:
+            out += ["**Alternatives** (one at a time):", ""]
+            out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
+            out += [""]
+    for m in d.kb:
+        out += [
+            f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
+            + (f" — fixed by `{m['fix_text']}`" if m.get("fix_text") else "")
+            + f" (match {m['score']:.2f})",
+            "",
+        ]
+    if d.device:
+        out += [f"**GPUs:** {d.device['summary']}", ""]
+        out += [f"- ⚠ {w['text']}" for w in d.device["warnings"]]
+        out += [""] if d.device["warnings"] else []
+    if d.timeline:
+        out += ["| phase | line | time |", "|---|---|---|"]
+        out += [f"| {PHASE_LABEL.get(m.phase, m.phase)} | {m.line} | {m.time or ''} |" for m in d.timeline]
+        out += [""]
+    if d.serving is not None:
+        out += [f"**Serving:** {serving_headline(d.serving)} — {d.serving.why}", ""]
+        if d.serving.next_step:
+            out += [f"- next: {d.serving.next_step}", ""]
+    others = [f for f in d.findings if f is not p]
+    if others:
+        out += ["**Other findings:**", ""]
+        out += [
+            f"- {f.severity} `{f.source}:{f.line}` {describe(f)}"
+            + (" (consequence)" if f.consequence else "")
+            for f in others[:10]
+        ]
+        out += [""]
+    out.append(f"<sub>diagnose · {d.lines_read} lines read</sub>")
+    return "\n".join(out)

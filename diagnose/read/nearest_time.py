@@ -1,0 +1,80 @@
+"""The time of a line that prints none: that of the nearest line before it that does.
+
+Most lines of a log are never decoded, so "the last time read" is the time of whichever line
+happened to be a candidate: a traceback's exception line would take a clock from minutes
+earlier. These search the raw block backwards instead, splitting only lines that hold a
+clock's digits.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .prefixes import Layout
+
+_CLOCK = re.compile(rb"\d\d:\d\d")  # every timestamp layout holds hours and minutes
+CLOCK_CHUNK = 8 << 10  # bytes searched back at a time for a line with a clock
+CLOCK_TRIES = 16  # lines with a clock's digits tried before taking the block's earlier time
+
+
+def time_before(layout: Layout, source: str, block: bytes, end: int, lines: int = 5) -> str | None:
+    """The timestamp of the nearest of the few lines before `end` that carries one."""
+    for _ in range(lines):
+        if end <= 0:
+            return None
+        start = block.rfind(b"\n", 0, end - 1) + 1
+        raw = block[start:end].rstrip(b"\n")
+        if raw:
+            ts = layout.line(source, 0, raw[:300]).timestamp
+            if ts:
+                return ts
+        end = start
+    return None
+
+
+class NearestClock:
+    """The nearest time before a position of the block being read. Lines ask in order, so
+    each stretch of the block is searched once, backwards from the asking line."""
+
+    __slots__ = ("_block", "_searched", "_time", "layout", "source")
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.source = "-"
+        self._block = b""
+        self._searched = 0
+        self._time: str | None = None
+
+    def start(self, block: bytes, source: str, before: str | None) -> None:
+        """A new block of `source`, whose lines come after the time `before`."""
+        self._block, self.source, self._searched, self._time = block, source, 0, before
+
+    def before(self, end: int) -> str | None:
+        block = self._block
+        if not block:
+            return None
+        if end < self._searched:
+            return time_before(self.layout, self.source, block, end)
+        tries = 0
+        hi = end
+        while hi > self._searched and tries < CLOCK_TRIES:
+            lo = max(self._searched, hi - CLOCK_CHUNK)
+            starts = dict.fromkeys(
+                block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi)
+            )
+            for start in reversed(starts):
+                nl = block.find(b"\n", start, end)
+                raw = block[start : end if nl < 0 else nl]
+                ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
+                if ts:
+                    self._searched, self._time = end, ts
+                    return ts
+                tries += 1
+                if tries >= CLOCK_TRIES:
+                    break
+            hi = lo
+        self._searched = end
+        return self._time
+
+    def done(self) -> None:
+        self._block = b""
