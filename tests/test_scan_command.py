@@ -23,7 +23,7 @@ OOM_LOG = str(FIXTURES / "logs/vllm/oom-runtime-v1-fragmented.log")
 def test_fast_options_are_the_typer_commands_options():
     import typer.main
 
-    from diagnose.cli import app
+    from diagnose.cli.app import app
 
     scan = typer.main.get_command(app).commands["scan"]  # type: ignore[attr-defined]
     declared = {}
