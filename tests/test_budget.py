@@ -8,16 +8,12 @@ import re
 import pytest
 import yaml
 
-from diagnose.budget.estimate import (
-    GIB,
-    ConfigError,
-    kv_bytes_per_token,
-    load_config,
-    parse_gpus_spec,
-    plan,
-    shape_from_config,
-    weight_bytes,
-)
+from diagnose.budget.architecture import shape_from_config
+from diagnose.budget.config import ConfigError, load_config, parse_gpus_spec
+from diagnose.budget.kv import kv_bytes_per_token
+from diagnose.budget.search import plan
+from diagnose.budget.units import GIB
+from diagnose.budget.weights import weight_bytes
 from diagnose.plan.check import parse_launch
 
 from .conftest import FIXTURES, REAL_LOGS, REFERENCE, run

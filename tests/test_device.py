@@ -12,7 +12,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.host.gpus import DeviceError, apply_visible_devices, parse_apps_csv, parse_nvidia_smi
+from diagnose.host.gpus import DeviceError, apply_visible_devices
+from diagnose.host.nvidia_smi import parse_apps_csv, parse_nvidia_smi
 
 from .conftest import FIXTURES, REFERENCE, ROOT, run
 

@@ -14,15 +14,12 @@ import sys
 import pytest
 
 from diagnose.base.errors import RuleError
-from diagnose.budget.estimate import (
-    GIB,
-    engine_units,
-    kv_bytes_for,
-    load_config,
-    plan,
-    shape_from_config,
-    weight_bytes,
-)
+from diagnose.budget.architecture import shape_from_config
+from diagnose.budget.config import load_config
+from diagnose.budget.kv import kv_bytes_for
+from diagnose.budget.search import plan
+from diagnose.budget.units import GIB, engine_units
+from diagnose.budget.weights import weight_bytes
 
 from .conftest import REFERENCE, SHARED, run
 

@@ -14,15 +14,12 @@ import sys
 
 import pytest
 
-from diagnose.budget.estimate import (
-    GIB,
-    engine_units,
-    kv_bytes_per_token,
-    load_config,
-    plan,
-    shape_from_config,
-)
+from diagnose.budget.architecture import shape_from_config
+from diagnose.budget.config import load_config
 from diagnose.budget.gguf import GGUFError, read_gguf
+from diagnose.budget.kv import kv_bytes_per_token
+from diagnose.budget.search import plan
+from diagnose.budget.units import GIB, engine_units
 
 from .conftest import run
 

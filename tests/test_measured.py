@@ -13,7 +13,9 @@ import re
 
 import pytest
 
-from diagnose.budget.estimate import load_config, plan, shape_from_config
+from diagnose.budget.architecture import shape_from_config
+from diagnose.budget.config import load_config
+from diagnose.budget.search import plan
 
 from .conftest import REFERENCE, SHARED
 
@@ -200,7 +202,8 @@ def test_kv_bytes_per_token_against_the_engine(log, config, quant, tp, avail, to
     """The engine's KV memory divided by the plan's bytes per token is the engine's token count:
     GQA, TP splits, MoE, quantised weights and sliding windows (gpt-oss) all within 0.2 %. (The
     budget before it, the activation peak, is what issue 18 still has to model.)"""
-    from diagnose.budget.estimate import GIB, kv_bytes_per_token
+    from diagnose.budget.kv import kv_bytes_per_token
+    from diagnose.budget.units import GIB
 
     s = shape_from_config(load_config(str(CONFIGS / config)), quant)
     est = avail * GIB / kv_bytes_per_token(s, "auto", tp)
@@ -386,7 +389,8 @@ def test_the_activation_peak_follows_the_engine_generation():  # type: ignore[no
     (the activation peak grows with max_model_len); V1 profiles max_num_batched_tokens; up to 0.11
     the sorting dummy sampler holds 8.5 copies of the logits, later ones fewer; from 0.21 CUDA
     graphs are subtracted unless eager."""
-    from diagnose.budget.estimate import activation_gib, engine_generation, engine_units, overhead_gib
+    from diagnose.budget.activation import activation_gib, engine_generation, overhead_gib
+    from diagnose.budget.units import engine_units
 
     s = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json")))
     v0 = plan(s, 1, 23.69, tp=1, max_model_len=8192, engine_version="0.4.1")
@@ -427,7 +431,8 @@ def test_mla_kv_pool_as_sglang_allocates_it():  # type: ignore[no-untyped-def]
     rope 64) per layer, replicated on every rank: 61 × 576 × 2 = 70,272 bytes a token. The
     memory pool took 36.48 − 22.00 GiB: the KV pool plus the request-to-token table
     (max_running_requests 2049 × context_len 163,840 × int32); the rest is 201,681 tokens."""
-    from diagnose.budget.estimate import GIB, kv_bytes_per_token
+    from diagnose.budget.kv import kv_bytes_per_token
+    from diagnose.budget.units import GIB
 
     s = shape_from_config(load_config(str(CONFIGS / "deepseek-ai-DeepSeek-R1.json")))
     per_token = kv_bytes_per_token(s, "auto", 16)
@@ -477,7 +482,8 @@ def test_the_vision_encoders_profiling_peak():  # type: ignore[no-untyped-def]
     Qwen2-VL-7B's config carries the same ViT (embed_dim 1280, depth 32, mlp_ratio 4)."""
     import dataclasses
 
-    from diagnose.budget.estimate import activation_gib, engine_units
+    from diagnose.budget.activation import activation_gib
+    from diagnose.budget.units import engine_units
 
     s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen2-VL-7B-Instruct.json")))
     assert s.vision == (1280, 5120, 65536)

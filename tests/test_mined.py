@@ -187,13 +187,13 @@ def test_the_mined_call_trees_alone_type_the_real_oom_tracebacks(
     comes from the mined call trees alone (or the message, or nothing)."""
     import yaml
 
-    from diagnose.findings import triage
+    from diagnose.findings import oom_phase
 
     from .conftest import REAL_LOGS
 
     if not REAL_LOGS.is_dir():
         pytest.skip("../shared/real-logs not present")
-    monkeypatch.setattr(triage, "stack_phase", lambda *a, **k: None)
+    monkeypatch.setattr(oom_phase, "stack_phase", lambda *a, **k: None)
     keep = re.compile(r'Traceback|File "|Error|error|ERROR|CRITICAL|Exception|out of memory')
     quiet = re.compile(r"\bINFO\b|\bDEBUG\b|\bWARNING\b")
     right, total, by_mined = 0, 0, 0

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from diagnose.budget.estimate import GIB as GIB_
-from diagnose.budget.estimate import fp8_supported
+from diagnose.budget.search import fp8_supported
+from diagnose.budget.units import GIB as GIB_
 
 from .conftest import REFERENCE, run
 
@@ -119,15 +119,11 @@ def test_check_notices_a_port_already_taken():  # type: ignore[no-untyped-def]
 
 
 def test_pipeline_stages_split_like_vllm_and_the_heaviest_must_fit():  # type: ignore[no-untyped-def]
-    from diagnose.budget.estimate import (
-        GIB,
-        load_config,
-        plan,
-        shape_from_config,
-        stage_layers,
-        stage_weight_bytes,
-        weight_bytes,
-    )
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.search import plan
+    from diagnose.budget.units import GIB
+    from diagnose.budget.weights import stage_layers, stage_weight_bytes, weight_bytes
 
     assert stage_layers(61, 4) == [15, 15, 16, 15]  # vLLM get_pp_indices: the remainder before the last
     assert stage_layers(32, 3) == [11, 11, 10]
@@ -211,7 +207,9 @@ def test_a_runtime_quantisation_keeps_the_arithmetic(tmp_path):  # type: ignore[
 
 
 def test_fbgemm_fp8_keeps_attention_in_bf16():  # type: ignore[no-untyped-def]
-    from diagnose.budget.estimate import load_config, shape_from_config, weight_bytes
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.weights import weight_bytes
 
     fp8 = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-405B-Instruct-FP8.json")))
     all_fp8 = shape_from_config(load_config(str(CONFIGS / "meta-llama-Meta-Llama-3.1-405B.json")), "fp8")
@@ -221,7 +219,9 @@ def test_fbgemm_fp8_keeps_attention_in_bf16():  # type: ignore[no-untyped-def]
 
 
 def test_modules_to_not_convert_and_ignore_patterns_are_counted(tmp_path):  # type: ignore[no-untyped-def]
-    from diagnose.budget.estimate import load_config, shape_from_config, weight_bytes
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.weights import weight_bytes
 
     cfg = json.loads((CONFIGS / "Qwen-Qwen3-32B-FP8.json").read_text())
     base = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
@@ -247,7 +247,9 @@ def test_exclusions_match_as_the_engines_match_them():  # type: ignore[no-untype
     ModelOpt's `self_attn*`), a bare component (`gate` is the router, never `gate_proj`) and `re:`
     patterns over shared experts (Kimi K2.5 keeps attention, shared experts and dense MLPs in
     bf16)."""
-    from diagnose.budget.estimate import load_config, shape_from_config, weight_bytes
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.weights import weight_bytes
 
     cfg = json.loads((CONFIGS / "Qwen-Qwen3-32B-FP8.json").read_text())
     base = weight_bytes(shape_from_config({**cfg, "__path__": "config.json"}))
@@ -283,7 +285,9 @@ def test_exclusions_match_as_the_engines_match_them():  # type: ignore[no-untype
 def test_modelopt_nvfp4_from_config_or_hf_quant_config(tmp_path):  # type: ignore[no-untyped-def]
     """ModelOpt names its algorithm in quant_algo (NVFP4 is 4.5 bits, not FP8), in config.json
     or in hf_quant_config.json beside it; attention it excludes by glob stays bf16."""
-    from diagnose.budget.estimate import load_config, shape_from_config, weight_bytes
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.weights import weight_bytes
 
     mm = shape_from_config(load_config(str(CONFIGS / "nvidia-MiniMax-M2.5-NVFP4.json")))
     assert mm.quant == "nvfp4" and any("(attention)" in p for p in mm.partial)
@@ -304,7 +308,10 @@ def test_modelopt_nvfp4_from_config_or_hf_quant_config(tmp_path):  # type: ignor
 def test_mxfp4_experts_are_padded_as_the_kernels_pad_them():  # type: ignore[no-untyped-def]
     """gpt-oss: hidden 2880 → 3072, intermediate per rank to a multiple of 64; vLLM measured 13.72
     GiB (20b) and 32.98 GiB per GPU at TP 2 (120b) for 12.8 / 60.8 GiB checkpoints."""
-    from diagnose.budget.estimate import expert_padding_bytes, load_config, plan, shape_from_config
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.search import plan
+    from diagnose.budget.weights import expert_padding_bytes
 
     s20 = shape_from_config(load_config(str(CONFIGS / "openai-gpt-oss-20b.json")))
     s120 = shape_from_config(load_config(str(CONFIGS / "openai-gpt-oss-120b.json")))
@@ -316,7 +323,7 @@ def test_mxfp4_experts_are_padded_as_the_kernels_pad_them():  # type: ignore[no-
 
 
 def test_rope_scaling_extends_the_context_limit():  # type: ignore[no-untyped-def]
-    from diagnose.budget.estimate import context_limit
+    from diagnose.budget.shape import context_limit
 
     cfg = json.loads((CONFIGS / "Qwen-Qwen2.5-7B.json").read_text())
     assert context_limit(cfg) == cfg["max_position_embeddings"]
@@ -342,7 +349,9 @@ def test_sliding_window_layers_need_only_their_window():  # type: ignore[no-unty
     """Gemma 3 keeps the whole context in 10 of 62 layers and 1,024 tokens in the others: one
     131,072-token request costs far fewer cached tokens than 131,072 × every layer, so the plan
     fits although the all-layer token count is below the context (vLLM's hybrid KV cache)."""
-    from diagnose.budget.estimate import load_config, plan, shape_from_config
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
+    from diagnose.budget.search import plan
 
     s = shape_from_config(load_config(str(CONFIGS / "google-gemma-3-27b-it.json")))
     p = plan(s, 2, 47.5, tp=2, max_model_len=131072)

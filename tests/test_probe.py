@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-from diagnose.probe.completion import Timeouts, compare_baseline, probe, save_baseline
+from diagnose.probe.baseline import compare_baseline, save_baseline
+from diagnose.probe.completion import probe
+from diagnose.probe.result import Timeouts
 
 from .conftest import ROOT, run
 from .openai_stub import Stub

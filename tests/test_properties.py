@@ -109,7 +109,7 @@ SMI_PIECES = [
 @MANY
 @given(st.one_of(st.text(max_size=800), st.lists(st.sampled_from(SMI_PIECES), max_size=30).map("".join)))
 def test_nvidia_smi_reader_reads_or_refuses(text):
-    from diagnose.host.gpus import parse_nvidia_smi
+    from diagnose.host.nvidia_smi import parse_nvidia_smi
 
     try:
         snap = parse_nvidia_smi(text)
@@ -153,7 +153,8 @@ VALUES = st.recursive(
     )
 )
 def test_config_reader_reads_or_refuses(doc):
-    from diagnose.budget.estimate import load_config, shape_from_config
+    from diagnose.budget.architecture import shape_from_config
+    from diagnose.budget.config import load_config
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         f.write(doc if isinstance(doc, str) else json.dumps(doc, allow_nan=True))
@@ -229,7 +230,7 @@ def test_gguf_reader_reads_or_refuses(version, n_kv, body):
     )
 )
 def test_gpus_spec_reads_or_refuses(spec):
-    from diagnose.budget.estimate import parse_gpus_spec
+    from diagnose.budget.config import parse_gpus_spec
 
     try:
         got = parse_gpus_spec(spec)

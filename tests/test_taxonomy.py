@@ -12,7 +12,7 @@ import yaml
 from diagnose.advice import core as advice
 from diagnose.base.data_files import builtin_rules_dir
 from diagnose.base.errors import RuleError
-from diagnose.findings import triage
+from diagnose.findings import hang, triage
 from diagnose.model import records as model
 from diagnose.model.taxonomy import TAXONOMY, load, parse
 from diagnose.outputs import text as render
@@ -33,7 +33,7 @@ def test_every_module_reads_the_one_taxonomy():
     assert triage.LAYER_ORDER is TAXONOMY.layers
     assert advice.VERIFY is TAXONOMY.verify
     assert render.PHASE_LABEL is TAXONOMY.phase_label
-    assert triage.HANG_BUDGET_S is TAXONOMY.hang_budget_s
+    assert hang.HANG_BUDGET_S is TAXONOMY.hang_budget_s
     assert model.PHASES[0] == "start" and model.PHASES[-1] == "serving"
 
 

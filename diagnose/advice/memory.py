@@ -161,7 +161,8 @@ def seqs_that_fit(a: Advisor, dry: bool = False) -> int | None:
 
 
 def weight_gib_at(shape: Any, tp: int) -> float:
-    from ..budget.estimate import GIB, weight_bytes
+    from ..budget.units import GIB
+    from ..budget.weights import weight_bytes
 
     return weight_bytes(shape) / tp / GIB
 
@@ -172,7 +173,8 @@ def tp_from_budget(a: Advisor) -> None:
     total = as_float(a.finding.facts.get("total_gib"))
     if s is None or total is None:
         return
-    from ..budget.estimate import engine_units, plan
+    from ..budget.search import plan
+    from ..budget.units import engine_units
 
     engine = a.ctx.engine if a.ctx.engine in a.ctx.profiles.by_engine else "generic"
     units = engine_units(engine, a.ctx.profiles)

@@ -145,7 +145,8 @@ def device(
     _at_least("--tp", parallel, 1)
     import json
 
-    from ..host.gpus import apply_visible_devices, parse_nvidia_smi, query_live
+    from ..host.gpus import apply_visible_devices
+    from ..host.nvidia_smi import parse_nvidia_smi, query_live
 
     piped = ""
     if file in (None, "-") and sys.stdin is not None and not sys.stdin.isatty():
@@ -721,9 +722,10 @@ def probe(
     """Send the minimal completion and check that the server really serves: shape, text, timing."""
     import json
 
-    from ..probe.completion import Timeouts, compare_baseline
+    from ..probe.baseline import compare_baseline
+    from ..probe.baseline import save_baseline as store
     from ..probe.completion import probe as run_probe
-    from ..probe.completion import save_baseline as store
+    from ..probe.result import Timeouts
 
     if not url.startswith(("http://", "https://")):
         raise typer.BadParameter("the URL must start with http:// or https://", param_hint="URL")
@@ -1133,7 +1135,7 @@ def kb_import(
 def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str, str | None]:
     """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others,
     summary, the smallest GPU's model name when a snapshot names it: what the GPUs support)."""
-    from ..budget.estimate import parse_gpus_spec
+    from ..budget.config import parse_gpus_spec
     from ..pipeline.scan import load_snapshot
 
     if spec is None:
@@ -1145,7 +1147,7 @@ def _gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, floa
     snap, err = load_snapshot(spec)
     if snap is None:
         raise InputError(f"{spec}: {err}")
-    from ..budget.estimate import CUDA_UNSEEN_GIB
+    from ..budget.units import CUDA_UNSEEN_GIB
 
     name = min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None
     mig = [m for g in snap.gpus for m in g.mig_mib]
@@ -1266,14 +1268,11 @@ def plan(
     import json
     from pathlib import Path
 
-    from ..budget.estimate import (
-        checkpoint_quant,
-        engine_units,
-        load_config,
-        shape_from_config,
-        with_checkpoint,
-    )
-    from ..budget.estimate import plan as make_plan
+    from ..budget.architecture import shape_from_config
+    from ..budget.config import checkpoint_quant, load_config
+    from ..budget.search import plan as make_plan
+    from ..budget.shape import with_checkpoint
+    from ..budget.units import engine_units
 
     units = engine_units(engine, load_knowledge(rules).profiles)
     for name, value in (
@@ -1285,7 +1284,7 @@ def plan(
     ):
         _at_least(name, value, 1)
     _fraction("--gpu-memory-utilization", util)
-    from ..budget.estimate import KV_CACHE_DTYPES
+    from ..budget.units import KV_CACHE_DTYPES
 
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise typer.BadParameter(

@@ -1,4 +1,6 @@
-"""From rule hits to findings: OOM phase, merging across ranks, consequences, order, status."""
+"""From rule hits to findings: class by rule, template or vocabulary, merging across ranks,
+consequences, order, status.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ from dataclasses import replace
 from ..knowledge.engine_profiles import Profiles
 from ..match.hitbook import RecordedHit
 from ..match.scanner import ScanResult
-from ..model.records import CLASS_LAYER, PHASE_INDEX, EngineInfo, Finding, PhaseMark, VocabHit
+from ..model.records import CLASS_LAYER, Finding, PhaseMark, VocabHit
 from ..model.taxonomy import TAXONOMY
 from ..read.clock import seconds
 from . import from_sources
+from .oom_phase import evidence_lines, frames_of, oom_phase, uptime
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
 if TYPE_CHECKING:
@@ -22,187 +25,6 @@ LAYER_ORDER = TAXONOMY.layers
 CLASS_ORDER = TAXONOMY.class_order
 SEVERITY_RANK = {"fatal": 0, "error": 1, "warning": 2, "info": 3}
 MERGE_DISTANCE = 300  # hits of one class this close are one event (ranks, summary + traceback)
-CONTEXT_AFTER = 60  # lines after an error whose context still tells its phase
-RUNTIME_AFTER_READY_S = 1800  # an OOM this long after ready is a runtime OOM even without stats
-
-# Time a phase may take before a scan of a finished log calls it a hang (seconds), and what
-# it usually waits on (rules/taxonomy/taxonomy.yaml).
-HANG_BUDGET_S = TAXONOMY.hang_budget_s
-HANG_WAITS_ON = TAXONOMY.waits_on
-
-
-def detect_engine(result: ScanResult, forced: str | None) -> EngineInfo:
-    if forced:
-        info = EngineInfo(name=forced, reason="forced with --engine")
-    elif result.engine_scores:
-        name, _score = max(result.engine_scores.items(), key=lambda kv: kv[1])
-        info = EngineInfo(name=name, reason=result.engine_reason.get(name))
-    else:
-        info = EngineInfo(name="generic", reason="no engine-specific line found")
-    own = {k.partition("/")[2]: v for k, v in result.variant_scores.items() if k.startswith(info.name + "/")}
-    if own:
-        info.variant = max(own.items(), key=lambda kv: kv[1])[0] or None
-    info.version = result.version
-    said = (result.observed.get(k) for k in PLATFORM_KEYS)
-    info.platform = next((p for p in map(platform_of, said) if p), None)
-    return info
-
-
-# what logs call a platform → one name per platform (the allocator says HIP on ROCm)
-_PLATFORMS = {
-    "cuda": "cuda",
-    "hip": "rocm",
-    "rocm": "rocm",
-    "npu": "npu",
-    "ascend": "npu",
-    "xpu": "xpu",
-    "mps": "mps",
-    "metal": "metal",
-    "vulkan": "vulkan",
-    "sycl": "sycl",
-    "cpu": "cpu",
-    "tpu": "tpu",
-    "musa": "musa",
-    "cann": "npu",
-}
-
-
-PLATFORM_KEYS = (
-    "platform_alloc",
-    "platform_mps",
-    "platform_ggml",
-    "platform_ggml_buffer",
-    "platform_backend",
-    "platform_plugin",
-    "platform",
-)
-
-
-def platform_of(said: Any) -> str | None:
-    return _PLATFORMS.get(str(said).lower()) if said else None
-
-
-def _frames(rec: RecordedHit) -> list[str]:
-    out: list[str] = []
-    loc = rec.hit.line.location
-    if loc:
-        out.append(loc.rsplit("/", 1)[-1].split(":", 1)[0].removesuffix(".py"))
-    for tb in (rec.tb, rec.near_tb):
-        if tb is not None:
-            out.extend(tb.frames)
-            if tb.exception is not None and tb.exception.location:
-                out.append(tb.exception.location.split(":", 1)[0].removesuffix(".py"))
-    return out
-
-
-def stack_phase(frames: list[str], profiles: Profiles, engine: str) -> tuple[str, str] | None:
-    """(phase, the frame that tells it) from the stack hints: the first tier with a frame wins."""
-    names = set(frames)
-    if not names:
-        return None
-    hints = list(profiles.get(engine).stack_hints) if engine != "generic" else []
-    hints += profiles.get("generic").stack_hints
-    for phase, tokens in hints:
-        hit = next((f for f in frames if f in tokens), None)
-        if hit is not None:
-            return phase, hit
-    return None
-
-
-def _phase_from_marks(phase: str | None) -> str | None:
-    if phase is None:
-        return None
-    idx = PHASE_INDEX[phase]
-    if idx >= PHASE_INDEX["serving"]:
-        return "runtime"
-    if idx >= PHASE_INDEX["weights_loaded"]:
-        return "startup"
-    if phase == "load_weights":
-        return "load"
-    return None
-
-
-def uptime(rec: RecordedHit, result: ScanResult) -> int | None:
-    """Seconds from ready to this hit, when the log's clock tells."""
-    ready_t = next((seconds(m.time) for m in result.timeline if m.phase == "ready"), None)
-    now = seconds(rec.hit.line.timestamp or rec.last_time)
-    if ready_t is None or now is None or now < ready_t:
-        return None
-    return int(now - ready_t)
-
-
-def _mark_line(result: ScanResult, phase: str, before: int) -> str:
-    """ " (line N)" of the phase's mark before this line, or "" (an earlier run's timeline is
-    gone once the server restarted)."""
-    lines = [m.line for m in result.timeline if m.phase == phase and m.line <= before]
-    return f" (line {lines[-1]})" if lines else ""
-
-
-def oom_phase(
-    rec: RecordedHit, cls: str, result: ScanResult, profiles: Profiles, engine: str
-) -> tuple[str, str | None, str]:
-    """(phase, how it was inferred: None for the timeline, or 'stack'/'message'/'context'/
-    'default', and the evidence that decided it, in words)."""
-    at = rec.hit.line.number
-    if cls == "kv_cache_too_small":
-        return "startup", None, "the KV cache is sized after the weights load"
-    reached = rec.reached
-    if "serving" in reached:
-        return "runtime", None, f"requests were being served{_mark_line(result, 'serving', at)}"
-    if "ready" in reached:
-        up = uptime(rec, result)
-        ready_at = _mark_line(result, "ready", at)
-        if up is not None and up > RUNTIME_AFTER_READY_S:
-            return "runtime", None, f"{up} s after the server became ready{ready_at}"
-        return "startup", None, f"right after the server became ready{ready_at}, before serving"
-    from_marks = _phase_from_marks(rec.phase_at)
-    if from_marks and rec.phase_at:
-        where = _mark_line(result, rec.phase_at, at)
-        label = TAXONOMY.phase_label.get(rec.phase_at, rec.phase_at)
-        return from_marks, None, f"the startup timeline: during {label}{where}"
-    st = stack_phase(_frames(rec), profiles, engine)
-    if st:
-        return st[0], "stack", f"the stack: frame {st[1]}"
-    mined = from_sources.stack_phase(_tb_frames(rec), engine)
-    if mined:
-        return (
-            mined[0],
-            "stack",
-            (
-                f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
-            ),
-        )
-    if rec.rule is not None and rec.rule.oom_phase:
-        return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
-    said = from_sources.message_phase(_evidence_lines(rec), engine)
-    if said:
-        return said[0], "message", f"the message: {engine} prints it from {said[1]}"
-    if rec.phase_at is None and _server_was_up_after(rec, result):
-        return "runtime", "context", "the HTTP server shut down cleanly after it, so it had been up"
-    ctx = _phase_from_marks(rec.phase_after)
-    if ctx:
-        return ctx, "context", f"the next startup line after it is {rec.phase_after}"
-    if rec.phase_at is not None:
-        # before weights started loading: CUDA context, NCCL buffers, model construction
-        return "load", None, f"the startup timeline: before the weights loaded ({rec.phase_at})"
-    return "startup", "default", "assumed: the log has no timeline, telling stack or context"
-
-
-def _tb_frames(rec: RecordedHit) -> list[str]:
-    """Function and file stem pairs, outermost first, of the hit's traceback."""
-    for tb in (rec.tb, rec.near_tb):
-        if tb is not None and tb.frames:
-            return tb.frames
-    return []
-
-
-def _evidence_lines(rec: RecordedHit) -> list[Line]:
-    """The hit's line and its traceback's exception line."""
-    lines = [rec.hit.line]
-    for tb in (rec.tb, rec.near_tb):
-        if tb is not None and tb.exception is not None and tb.exception is not rec.hit.line:
-            lines.append(tb.exception)
-    return lines
 
 
 def _raised(rec: RecordedHit) -> list[tuple[Line, str]]:
@@ -217,21 +39,6 @@ def _raised(rec: RecordedHit) -> list[tuple[Line, str]]:
     if not out and line.location and rec.tb is None:
         out.append((line, line.location.rsplit(":", 1)[0]))
     return out
-
-
-APP_SHUTDOWN_RULE = "uvicorn.app-shutdown"
-
-
-def _server_was_up_after(rec: RecordedHit, result: ScanResult) -> bool:
-    """The HTTP server shut down cleanly right after the error: it had completed its startup,
-    so a log cut before any startup line was serving when the error came."""
-    line = rec.hit.line
-    return any(
-        h.hit.rule_id == APP_SHUTDOWN_RULE
-        and h.hit.line.source == line.source
-        and 0 < h.hit.line.number - line.number <= CONTEXT_AFTER
-        for h in result.hits
-    )
 
 
 def _specificity(rec: RecordedHit) -> int:
@@ -338,10 +145,10 @@ def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
         time=line.timestamp or rec.last_time,
         ranks=[line.rank] if line.rank is not None else [],
         consequence=bool(rule.consequence) if rule is not None else False,
-        frames=_frames(rec),
+        frames=frames_of(rec),
     )
     # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
-    mined = from_sources.template_for(_evidence_lines(rec), engine) if rule is None else None
+    mined = from_sources.template_for(evidence_lines(rec), engine) if rule is None else None
     warned = mined is not None and not mined.template.is_error and rec.tb is None and rec.near_tb is None
     if warned and line.level != "CRITICAL":
         return None  # the engine prints this line itself as a warning: part of a healthy run
@@ -532,50 +339,6 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=_sort_key)
 
 
-def hang_finding(result: ScanResult, timeline: list[PhaseMark]) -> Finding | None:
-    """A finished log whose last phase ran past its budget with no error: stuck there."""
-    if not timeline or "ready" in {m.phase for m in timeline}:
-        return None
-    last = latest_mark(timeline)
-    budget = HANG_BUDGET_S.get(last.phase)
-    t0, t1 = seconds(last.time), seconds(result.last_time)
-    if budget is None or t0 is None or t1 is None or t1 - t0 <= budget:
-        return None
-    return Finding(
-        rule="generic.hang",
-        cls="hang",
-        severity="error",
-        title=f"No progress in {last.phase} for {int(t1 - t0)} s (budget {budget} s)",
-        line=last.line,
-        source=last.source,
-        evidence=last.text,
-        phase_at=last.phase,
-        time=last.time,
-        facts={"phase": last.phase, "stuck_s": int(t1 - t0), "budget_s": budget},
-        note=f"this phase usually waits on {HANG_WAITS_ON.get(last.phase, 'I/O')}",
-    )
-
-
-def live_hang_finding(
-    timeline: list[PhaseMark], phase: str, stuck: float, budget: float, source: str, line: int, last_line: str
-) -> Finding:
-    """A phase with no progress for longer than its budget while the log is followed (`watch`,
-    `run`, a stream's session): `line` and `last_line` stand in when the phase has no mark."""
-    mark = next((m for m in timeline if m.phase == phase), None)
-    return Finding(
-        rule="live.hang",
-        cls="hang",
-        severity="fatal",
-        title=f"No progress in {TAXONOMY.phase_label.get(phase, phase)} for {int(stuck)} s (budget {int(budget)} s)",
-        line=mark.line if mark else line,
-        source=source,
-        evidence=last_line or (mark.text if mark else "(no output yet)"),
-        phase_at=phase,
-        facts={"phase": phase, "stuck_s": int(stuck), "budget_s": int(budget)},
-        note=f"this phase usually waits on {HANG_WAITS_ON.get(phase, 'I/O')}",
-    )
-
-
 # Findings that do not make a running server degraded: a rejected request is the client's,
 # and an exception the server carried on after is noise until it repeats into a failure.
 NOT_DEGRADING = {"request", "unknown_error", "stop"}
@@ -589,21 +352,3 @@ def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
     if any(m.phase in ("ready", "serving") for m in timeline):
         return "ready"
     return "incomplete"
-
-
-def latest_mark(timeline: list[PhaseMark]) -> PhaseMark:
-    """The phase the log reached last. Engines name their first phases in different orders (a
-    V1 log names its platform before its arguments: stopped after the arguments, it is in
-    `args`, not in `devices`), so those go by the log's order; once the startup is past
-    distributed init, a late echo of an early marker does not move it back."""
-    last = timeline[-1]  # in the order the log reached them
-    furthest = max(timeline, key=lambda m: PHASE_INDEX[m.phase])
-    if PHASE_INDEX[furthest.phase] >= PHASE_INDEX["distributed_init"]:
-        return furthest if PHASE_INDEX[last.phase] < PHASE_INDEX[furthest.phase] else last
-    return last
-
-
-def last_phase(timeline: list[PhaseMark]) -> str | None:
-    if not timeline:
-        return None
-    return latest_mark(timeline).phase

@@ -20,7 +20,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from ..findings.triage import HANG_BUDGET_S, live_hang_finding
+from ..findings.hang import HANG_BUDGET_S, live_hang_finding
 from ..host.gpus import DeviceSnapshot
 from ..knowledge.loaded import Knowledge
 from ..match.scanner import Scanner

@@ -50,10 +50,11 @@ def load_snapshot(path: str) -> tuple[DeviceSnapshot | None, DeviceError | None]
     error it reports; other problems raise."""
     import os
 
-    from ..host.gpus import DeviceError, DeviceSnapshot, Gpu, parse_nvidia_smi
+    from ..host.gpus import DeviceError, DeviceSnapshot, Gpu
+    from ..host.nvidia_smi import parse_nvidia_smi
 
     if not os.path.exists(path):
-        from ..budget.estimate import parse_gpus_spec
+        from ..budget.config import parse_gpus_spec
 
         given = parse_gpus_spec(path)
         if given is not None:
@@ -94,7 +95,8 @@ def scan_paths(
     name = ", ".join(s.name for s in sources)
     shape = None
     if config:
-        from ..budget.estimate import load_config, shape_from_config
+        from ..budget.architecture import shape_from_config
+        from ..budget.config import load_config
 
         shape = shape_from_config(load_config(config))
     return diagnose(result, know, name, engine, snapshot, snap_err, shape=shape, show_secrets=show_secrets)

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from ..advice.core import HostPorts
 from ..advice.registry import advise, advise_incomplete
 from ..findings import engine_numbers as consistency
-from ..findings.triage import build_findings, detect_engine, hang_finding, last_phase, order, status_of
+from ..findings.engine_detect import detect_engine
+from ..findings.hang import hang_finding, last_phase
+from ..findings.triage import build_findings, order, status_of
 from ..knowledge.loaded import Knowledge
 from ..match.scanner import ScanResult
 from ..model.records import Diagnosis, EngineInfo, Finding
@@ -30,7 +32,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of
 if TYPE_CHECKING:  # imported where used: a plain scan needs neither pyparsing's device grammar nor the budget
     from typing import Any
 
-    from ..budget.estimate import ModelShape
+    from ..budget.shape import ModelShape
     from ..host.gpus import DeviceError, DeviceSnapshot
     from ..knowledge.engine_profiles import Profiles
     from ..match.serving_series import Serving
@@ -218,7 +220,9 @@ def cross_check(t: Triaged) -> Triaged:
 
 
 def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict | None) -> None:  # type: ignore[type-arg]
-    from ..budget.estimate import GIB, kv_bytes_per_token, weight_bytes
+    from ..budget.kv import kv_bytes_per_token
+    from ..budget.units import GIB
+    from ..budget.weights import weight_bytes
 
     tp = int(launch.get("tensor_parallel_size") or 1) * int(launch.get("pipeline_parallel_size") or 1)
     weights = weight_bytes(shape) / tp / GIB

@@ -11,16 +11,11 @@ import yaml
 
 from ..advice.core import len_down
 from ..base.errors import InputError
-from ..budget.estimate import (
-    ConfigError,
-    checkpoint_quant,
-    engine_units,
-    fitting_share,
-    load_config,
-    plan,
-    shape_from_config,
-    with_checkpoint,
-)
+from ..budget.architecture import shape_from_config
+from ..budget.config import ConfigError, checkpoint_quant, load_config
+from ..budget.search import fitting_share, plan
+from ..budget.shape import with_checkpoint
+from ..budget.units import engine_units
 from ..knowledge.engine_profiles import Profiles, flag_for
 from ..knowledge.settings_in_force import default_of
 from ..model.records import Change
@@ -385,7 +380,7 @@ def _fitting_quantization(
     """The quantisation these GPUs run that makes the weights fit, if any (fp8 first)."""
     import dataclasses
 
-    from ..budget.estimate import fp8_supported
+    from ..budget.search import fp8_supported
 
     methods = ("fp8", "awq") if fp8_supported(gpu_name) is not False else ("awq",)
     for method in methods:

@@ -10,192 +10,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..base.atomic import atomic_write
-from ..base.errors import InputError
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-DEFAULT_PROMPT = "你好"
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    value: Any = None
-    detail: str = ""
-
-
-@dataclass
-class Cause:
-    cls: str  # the taxonomy class, or "service" for what the log would not show
-    title: str
-    advice: list[str]
-    # the scan's own changes for the error message the server answered with (model.Change)
-    changes: list[Any] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "class": self.cls,
-            "title": self.title,
-            "advice": self.advice,
-            "changes": [c.to_json() for c in self.changes],
-        }
-
-
-@dataclass
-class ProbeResult:
-    url: str
-    model: str | None = None
-    checks: list[Check] = field(default_factory=list)
-    text: str | None = None
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    ttft_ms: float | None = None
-    total_ms: float | None = None
-    tokens_per_s: float | None = None
-    cause: Cause | None = None
-    notes: list[str] = field(default_factory=list)
-    max_model_len: int | None = None  # as GET /v1/models reports it (vLLM, SGLang)
-    long_prompt: dict[str, Any] | None = None  # --long: tokens sent, accepted, TTFT
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.checks) and all(c.ok for c in self.checks)
-
-    def check(self, name: str, ok: bool, value: Any = None, detail: str = "") -> bool:
-        self.checks.append(Check(name, ok, value, detail))
-        return ok
-
-    def fail(self, cls: str, title: str, *advice: str) -> None:
-        if self.cause is None:
-            self.cause = Cause(cls, title, list(advice))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "url": self.url,
-            "model": self.model,
-            "checks": [asdict(c) for c in self.checks],
-            "text": self.text,
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "ttft_ms": _r(self.ttft_ms),
-            "total_ms": _r(self.total_ms),
-            "tokens_per_s": _r(self.tokens_per_s),
-            "cause": self.cause.to_json() if self.cause else None,
-            "notes": self.notes,
-            "max_model_len": self.max_model_len,
-            "long_prompt": self.long_prompt,
-        }
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(x, 1)
-
-
-@dataclass
-class Timeouts:
-    connect: float = 5.0
-    first_byte: float = 120.0  # a cold first request may compile or capture graphs
-    idle: float = 30.0  # the longest gap between streamed chunks a gateway would tolerate
-
-
-def scan_changes(message: str) -> list[Any]:
-    """The changes the scan's rules and advice give for an error message a server answered
-    with: one knowledge, and one change type, for `scan`, `check` and `probe`."""
-    from ..knowledge.loaded import Knowledge
-    from ..match.scanner import Scanner
-    from ..pipeline.stages import diagnose
-
-    know = Knowledge.load()
-    scanner = Scanner(know.rules, know.profiles)
-    scanner.feed(("ERROR " + " ".join(message.split()) + "\n").encode("utf-8", "replace"))
-    d = diagnose(scanner.finish(), know, "the server's answer")
-    return list(d.advice) if d.primary is not None else []
-
-
-def _error_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
-    """Map an HTTP error (OpenAI-style body or not) to its usual cause, with the scan's changes
-    for the message it carries (not for a refused key: nothing to change on the server)."""
-    _http_cause(res, status, body, text)
-    message, _ = _error_of(body, text)
-    if res.cause is not None and message.strip() and status not in (401, 403):
-        res.cause.changes = scan_changes(message[:2000])
-
-
-def _error_of(body: Any, text: str) -> tuple[str, str]:
-    """(message, type) of an error body: OpenAI's {"error": {...}}, vLLM's ErrorResponse, or text."""
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, str):
-        err = {"message": err}
-    if err is None and isinstance(body, dict) and body.get("object") == "error":
-        err = body  # vLLM's ErrorResponse
-    from ..base.redact import redact  # a server may echo the key it refused
-
-    message = redact(str((err or {}).get("message") or text or "")[:300])
-    return message, str((err or {}).get("type") or (err or {}).get("code") or "")
-
-
-def _http_cause(res: ProbeResult, status: int, body: Any, text: str) -> None:
-    """The usual cause of an HTTP error, by its status and message."""
-    message, etype = _error_of(body, text)
-    low = message.lower()
-    if status in (401, 403):
-        res.fail(
-            "request",
-            f"the server wants credentials (HTTP {status}): {message or 'no body'}",
-            "pass the server's key: diagnose probe --api-key KEY (or set OPENAI_API_KEY); "
-            "vLLM/SGLang take theirs with --api-key, TGI behind a gateway may want --header",
-        )
-    elif (
-        "does not exist" in low
-        or ("not found" in low and "model" in low)
-        or etype in ("NotFoundError", "model_not_found")
-    ):
-        res.fail(
-            "request",
-            f"the server does not know the model {res.model!r}: {message}",
-            "use the name from GET /v1/models, or start the server with --served-model-name set to it",
-        )
-    elif "context length" in low or "maximum context" in low or "too long" in low:
-        res.fail(
-            "request",
-            f"the request does not fit the context: {message}",
-            "lower max_tokens or the prompt, or raise --max-model-len (see diagnose scan)",
-        )
-    elif status >= 500:
-        res.fail(
-            "service",
-            f"the server failed the request (HTTP {status}): {message or 'no body'}",
-            "look at the server log: diagnose scan serve.log",
-        )
-    else:
-        res.fail(
-            "request",
-            f"the server refused the request (HTTP {status}{', ' + etype if etype else ''}): "
-            f"{message or 'no body'}",
-            "check the request parameters against the server's API (e.g. --chat for chat-only models)",
-        )
-
-
-def _name_not_resolved(e: Exception) -> bool:
-    """A DNS failure, not a closed port (httpx wraps socket.gaierror in ConnectError)."""
-    import socket
-
-    seen: BaseException | None = e
-    while seen is not None:
-        if isinstance(seen, socket.gaierror):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    text = str(e).lower()
-    return "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text
+from .result import DEFAULT_PROMPT, DEFAULT_URL, ProbeResult, Timeouts, rounded
+from .server_errors import error_cause, name_not_resolved
 
 
 def _json_or_none(r: Any) -> Any:
@@ -270,7 +92,7 @@ def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
         r = client.get(res.url + "/v1/models")
     except httpx.ConnectError as e:
         res.check("connect", False, None, str(e))
-        if _name_not_resolved(e):
+        if name_not_resolved(e):
             res.fail(
                 "service",
                 f"the host name in {res.url} does not resolve: {e}",
@@ -295,7 +117,7 @@ def _find_model(client: httpx.Client, res: ProbeResult) -> bool:
     res.check("connect", True, res.url)
     if r.status_code in (401, 403):
         res.check("auth", False, r.status_code, "GET /v1/models was refused")
-        _error_cause(res, r.status_code, _json_or_none(r), r.text)
+        error_cause(res, r.status_code, _json_or_none(r), r.text)
         return False
     try:
         entries = [m for m in r.json().get("data", []) if isinstance(m, dict)]
@@ -346,7 +168,7 @@ def _plain_request(client: httpx.Client, res: ProbeResult, prompt: str, max_toke
     except ValueError:
         body, is_json = None, False
     if not res.check("status", r.status_code == 200, r.status_code):
-        _error_cause(res, r.status_code, body, r.text)
+        error_cause(res, r.status_code, body, r.text)
         return False
     if not res.check(
         "json",
@@ -512,7 +334,7 @@ def long_request(
                     "ttft_ms": None,
                 }
                 res.check("long prompt", False, r.status_code, f"about {want} tokens refused: {text[:160]}")
-                _error_cause(res, r.status_code, None, text)
+                error_cause(res, r.status_code, None, text)
                 if res.cause is not None and res.max_model_len:
                     res.cause.advice.append(
                         f"the server reports max_model_len {res.max_model_len}: a context that fits at start "
@@ -567,7 +389,7 @@ def _stream_request(
         ) as r:
             if r.status_code != 200:
                 res.check("stream status", False, r.status_code)
-                _error_cause(res, r.status_code, None, r.read().decode("utf-8", "replace"))
+                error_cause(res, r.status_code, None, r.read().decode("utf-8", "replace"))
                 return
             read_stream(r, chat, got)
     except httpx.TimeoutException:
@@ -598,8 +420,8 @@ def _stream_request(
     tokens = (usage or {}).get("completion_tokens") or chunks
     decode_s = end - first
     res.tokens_per_s = tokens / decode_s if decode_s > 0 and tokens > 1 else None
-    res.check("ttft", True, _r(res.ttft_ms), "ms to the first streamed token")
-    res.check("total", True, _r(res.total_ms), "ms")
+    res.check("ttft", True, rounded(res.ttft_ms), "ms to the first streamed token")
+    res.check("total", True, rounded(res.total_ms), "ms")
     res.check(
         "idle gap",
         longest_gap <= t.idle,
@@ -609,57 +431,3 @@ def _stream_request(
         else f"a {longest_gap:.1f} s pause: gateways with a {t.idle:.0f} s read "
         "timeout would cut this stream",
     )
-
-
-# --- baseline ---------------------------------------------------------------------------------
-
-
-def save_baseline(res: ProbeResult, path: str) -> None:
-    data = {
-        "url": res.url,
-        "model": res.model,
-        "ttft_ms": _r(res.ttft_ms),
-        "total_ms": _r(res.total_ms),
-        "tokens_per_s": _r(res.tokens_per_s),
-        "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    write_baseline(path, data)
-
-
-def write_baseline(path: str, data: dict[str, Any]) -> None:
-    """A baseline file, written atomically (a probe's or a sweep's)."""
-    try:
-        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the baseline: {e.strerror or e}") from None
-
-
-def read_baseline(path: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read the baseline: {e}") from None
-
-
-def compare_baseline(res: ProbeResult, path: str, tolerance: float) -> None:
-    base = read_baseline(path)
-    if not isinstance(base, dict):
-        raise InputError(f"{path}: not a baseline file (expected a JSON object)")
-    for key, worse_if_higher in (("ttft_ms", True), ("total_ms", True), ("tokens_per_s", False)):
-        old, new = base.get(key), getattr(res, key)
-        if not isinstance(old, (int, float)) or new is None or old <= 0:
-            continue
-        change = (new - old) / old
-        regressed = change > tolerance if worse_if_higher else change < -tolerance
-        res.check(
-            f"baseline {key}",
-            not regressed,
-            round(new, 1),
-            f"{'+' if change >= 0 else ''}{change:.0%} against {old} (tolerance {tolerance:.0%})",
-        )
-    if not res.ok and res.cause is None:
-        res.fail(
-            "service",
-            "slower than the baseline",
-            "compare what changed (engine version, flags, load on the GPU); diagnose scan the server log",
-        )

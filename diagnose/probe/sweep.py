@@ -22,7 +22,9 @@ from typing import Any
 import httpx
 
 from ..base.errors import InputError
-from .completion import Streamed, Timeouts, _payload, read_baseline, read_stream, write_baseline
+from .baseline import read_baseline, write_baseline
+from .completion import Streamed, _payload, read_stream
+from .result import Timeouts
 
 GROWTH = 1.10  # a step that adds less than 10 % throughput did not pay
 LATENCY_CLIMB = 1.25  # …while p99 latency rose by a quarter: past the knee

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..findings.triage import live_hang_finding
+from ..findings.hang import live_hang_finding
 from ..knowledge.loaded import Knowledge
 from ..match.scanner import Scanner
 from ..model.records import Diagnosis, Finding
