@@ -2,7 +2,7 @@
 
 A plain `scan` runs straight from `scan_command` (no CLI framework imported: it is what
 pipes and health checks call, and it has to start fast); every other command goes through
-the typer app in `cli`.
+the typer app in `cli.main`.
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ def _route() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["scan"] or (argv[:1] and argv[0].startswith("--")):
         # `… | diagnose --json` is `diagnose scan --json -`: no command means scan
-        from .cli.scan import SCAN_OPTIONS, read_scan_argv, run_scan
+        from .cli.fast_scan import SCAN_OPTIONS, read_scan_argv, run_scan
 
         rest = argv[1:] if argv[0] == "scan" else argv
         if argv[0] == "scan" or argv[0].partition("=")[0] in SCAN_OPTIONS:
             kw = read_scan_argv(rest)
             if kw is not None:
                 run_guarded(lambda: run_scan(**kw))
-    from .cli.app import main as full_cli
+    from .cli.main import main as full_cli
 
     full_cli()

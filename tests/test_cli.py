@@ -258,7 +258,7 @@ def test_the_outputs_are_one_registry():
     import importlib
 
     from diagnose.cli.app import Format
-    from diagnose.cli.scan import FORMATS
+    from diagnose.cli.fast_scan import FORMATS
     from diagnose.outputs.registry import OUTPUTS
 
     assert [f.value for f in Format] == list(OUTPUTS) == list(FORMATS)

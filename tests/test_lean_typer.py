@@ -8,7 +8,7 @@ import sys
 
 PROBE = """
 import sys
-import diagnose.cli.app
+import diagnose.cli.main
 from typer import rich_utils
 loaded_at_import = [m for m in ("markdown_it", "rich.pretty", "rich.syntax") if m in sys.modules]
 {body}

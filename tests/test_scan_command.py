@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from diagnose.cli.scan import SCAN_OPTIONS, read_scan_argv
+from diagnose.cli.fast_scan import SCAN_OPTIONS, read_scan_argv
 
 from .conftest import FIXTURES, run
 
 TYPER_CLI = [
     sys.executable,
     "-c",
-    "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli.app import main; main()",
+    "import sys; sys.argv[0] = 'diagnose'; from diagnose.cli.main import main; main()",
 ]
 OOM_LOG = str(FIXTURES / "logs/vllm/oom-runtime-v1-fragmented.log")
 
@@ -23,7 +23,7 @@ OOM_LOG = str(FIXTURES / "logs/vllm/oom-runtime-v1-fragmented.log")
 def test_fast_options_are_the_typer_commands_options():
     import typer.main
 
-    from diagnose.cli.app import app
+    from diagnose.cli.main import app
 
     scan = typer.main.get_command(app).commands["scan"]  # type: ignore[attr-defined]
     declared = {}
