@@ -178,7 +178,7 @@ def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, kn
     """The other ways out (#26): `rules test LOG` shows unexplained lines, a server's error body
     may echo the key it refused, the live view shows the log's last line."""
     from diagnose.live.session import LiveSession
-    from diagnose.probe.completion import _error_cause
+    from diagnose.probe.server_errors import error_cause
     from diagnose.probe.result import ProbeResult
 
     secret = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx"
@@ -187,7 +187,7 @@ def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, kn
     p = run([*cli, "rules", "test", str(log)])
     assert b"AbCdEfGhIjKlMnOp" not in p.stdout + p.stderr
     res = ProbeResult(url="http://x")
-    _error_cause(res, 400, {"error": {"message": f"Incorrect API key provided: {secret}"}}, "")
+    error_cause(res, 400, {"error": {"message": f"Incorrect API key provided: {secret}"}}, "")
     assert res.cause is not None and "AbCdEfGhIjKlMnOp" not in json.dumps(res.to_json())
     session = LiveSession(know, "serve.log")
     session.feed(f"INFO 05-26 18:53:37 [api_server.py:1] serving with api_key={secret}\n".encode())

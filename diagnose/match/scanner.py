@@ -213,8 +213,13 @@ class Scanner:
             self._close_tb(stream, tb)
         text, truncated = decode(raw)
         handlers = self.candidates.handlers(found)
-        if found and self._no_words(found, handlers, text):
-            return
+        if (
+            found
+            and not self.tbs.open
+            and self.server.collecting is None
+            and says_nothing(found, handlers, text)
+        ):
+            return  # nothing to read on this line (candidates.says_nothing), nothing open around it
         line = self.layout.split(Line(source=self.source, number=self.lineno, text=text, truncated=truncated))
         if line.timestamp:
             self.last_time = line.timestamp
@@ -241,12 +246,6 @@ class Scanner:
             self._close_tb(line.stream, tb)
         if not (matched_rule or tb is not None or frame or not msg.strip() or msg.startswith((" ", "\t"))):
             self._unexplained(line, bool(words))
-
-    def _no_words(self, found: set[str], handlers: list[Any], text: str) -> bool:
-        """Nothing to read on this line (candidates.says_nothing) and nothing open around it."""
-        if self.tbs.open or self.server.collecting is not None:
-            return False
-        return says_nothing(found, handlers, text)
 
     def stop_requested(self, why: str) -> None:
         """The server is being stopped on purpose from here on (`run` forwarded a Ctrl-C): what
