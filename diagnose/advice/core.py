@@ -146,6 +146,9 @@ class Advisor:
     def add(self, param: str, to: Any, why: str, frm: Any = None, flag: str | None = None) -> None:
         if to is None or any(c.param == param for c in self.out):
             return
+        in_force = self.ctx.current(param) if param.startswith("env:") else frm
+        if in_force is not None and str(in_force).lower() == str(to).lower():
+            return  # the log shows it already set so: not a change
         if self.note:
             why = f"{why}; {self.note}" if self.note[0].isupper() else f"{why} {self.note}"
         fl = flag or flag_for(self.ctx.profiles, self.ctx.engine, param)

@@ -91,17 +91,18 @@ def _kv_capacity_zero(
     result: ScanResult, launch: dict[str, Any], profiles: Profiles, engine: str, source: str
 ) -> Finding | None:
     obs = result.observed
-    if not (obs.get("gpu_blocks") == 0 or obs.get("kv_tokens") == 0):
+    key = next((k for k in ("gpu_blocks", "kv_tokens") if isinstance(obs.get(k), int) and obs[k] <= 0), None)
+    if key is None:
         return None
-    key = "gpu_blocks" if obs.get("gpu_blocks") == 0 else "kv_tokens"
+    said = "at zero" if obs[key] == 0 else f"below zero ({obs[key]:,}: the weights left less than nothing)"
     return _finding(
         result,
         source,
         key,
         "kv-capacity-zero",
         "No KV-cache block fits in the memory left",
-        "the engine sized its KV cache at zero",
-        {key: 0},
+        f"the engine sized its KV cache {said}",
+        {key: obs[key]},
     )
 
 

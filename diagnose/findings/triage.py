@@ -188,20 +188,22 @@ def _read_unknown(f: Finding, rec: RecordedHit, no_knowledge: bool, engine: str)
 
 def _demote_survived(f: Finding, rec: RecordedHit, result: ScanResult) -> None:
     """An error the server got past (an earlier run, ready afterwards, serving went on) is a
-    warning, with the reason said first."""
+    warning, with the reason said first. One it got past before it became ready (or an earlier
+    run's) degrades nothing: the server as it runs now never met it."""
     line = rec.hit.line.number
     first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
     later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
     severity = rec.rule.severity if rec.rule is not None else "fatal"
-    later = None
+    later, before_ready = None, True
     if rec.run < result.earlier_runs:
         later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
     elif severity == "fatal" and first_ready is not None and first_ready > line:
         later = f"the server still became ready afterwards (line {first_ready})"
     elif rec.rule is None and later_progress > line and result.phase_last_line.get("ready") is not None:
-        later = f"the server kept running afterwards (line {later_progress})"
+        later, before_ready = f"the server kept running afterwards (line {later_progress})", False
     if later:
         f.severity = "warning"
+        f.survived = before_ready
         _add_note(f, later, first=True)
 
 
@@ -347,7 +349,7 @@ NOT_DEGRADING = {"request", "unknown_error", "stop"}
 def status_of(findings: list[Finding], timeline: list[PhaseMark]) -> str:
     if any(f.severity == "fatal" for f in findings):
         return "failed"
-    if any(f.cls not in NOT_DEGRADING and f.severity != "info" for f in findings):
+    if any(f.cls not in NOT_DEGRADING and f.severity != "info" and not f.survived for f in findings):
         return "degraded"
     if any(m.phase in ("ready", "serving") for m in timeline):
         return "ready"

@@ -89,6 +89,7 @@ class Marker:
     variant: str | None = None
     kind: str | None = None  # launch parser kind
     repeat: bool = False  # observe: printed again and again (stats); the latest wins
+    library: bool = False  # a runtime library's own line (NCCL, c10d): its phase in every engine
     path: str = ""
     shipped: bool = False  # from the package's own profiles: runs on `re` (patterns.py)
 
@@ -213,6 +214,7 @@ def _marker(
         phase=phase,
         weight=int(raw.get("weight", 1)),
         repeat=bool(raw.get("repeat", False)),
+        library=bool(raw.get("library", False)),
         variant=raw.get("variant"),
         kind=kind,
         path=path,

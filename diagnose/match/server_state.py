@@ -86,7 +86,7 @@ class ServerState:
                 ("decided", engine),
                 lambda x: (
                     x.what == "detect"
-                    or (x.engine != engine and not (x.engine == "generic" and x.what == "observe"))
+                    or (x.engine != engine and not (x.engine == "generic" and (x.what == "observe" or x.library)))
                 ),
             )
 
@@ -99,10 +99,11 @@ class ServerState:
             if mk.search(line.text):
                 self.evidence(mk.engine, mk.weight, line)
             return None
-        shared = mk.engine == "generic" and what == "observe"  # e.g. CUDA_VISIBLE_DEVICES, any engine
+        # generic observations (CUDA_VISIBLE_DEVICES) and runtime libraries' lines (NCCL): any engine
+        shared = mk.engine == "generic" and (what == "observe" or mk.library)
         if engine is not None and mk.engine != engine and not shared:
             return None
-        if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores:
+        if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores and not shared:
             # an engine is half-detected: its own markers are better than the generic guesses
             return None
         m = mk.search(mk.target(line))
@@ -133,6 +134,8 @@ class ServerState:
         return None
 
     def _observe(self, facts: dict[str, Any], number: int, message: str) -> None:
+        # a group `env__NAME` reads an environment setting the line shows in force: `env:NAME`
+        facts = {f"env:{k[5:]}" if k.startswith("env__") else k: v for k, v in facts.items()}
         self.observed.update(facts)
         for k in facts:
             self.observed_where[k] = (number, message.strip()[:300])
