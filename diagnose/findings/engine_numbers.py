@@ -16,15 +16,21 @@ the values the profiles' `observe` markers read:
 Each gives a `kv_cache_too_small` finding with the values as facts and the line that
 printed the telling value as evidence; none is drawn once a memory failure is already
 found or the server became ready.
+
+And the allocator's own account of an OOM (`others_hold_the_gpu`): PyTorch lists every process
+on the device ("Process N has X memory in use", this one as "this process has X"); other
+processes holding a quarter of the GPU or more make it a `gpu_busy` failure, whatever the
+engine and without a snapshot.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 from ..knowledge.settings_in_force import value_in_force
 from ..model.records import Finding
-from ..model.typed_facts import as_float, as_int
+from ..model.typed_facts import as_float, as_int, size_gib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -154,3 +160,46 @@ def _static_pool_empty(
         f"{after} GiB free after the weights is below (1 − {mfs}) × {start} GiB free at start",
         {"mem_fraction_static": mfs, "min_fraction": round(needed, 2), "free_after_weights_gib": after},
     )
+
+
+# c10/cuda/CUDACachingAllocator.cpp (reportProcessMemoryInfo, torch >= 2.1): each process NVML
+# sees on the device, the caller as "Including non-PyTorch memory, this process has X".
+_PROCESS_HAS = re.compile(r"Process (\d+) has ([\d.,]+ ?[KMGT]?i?B) memory in use")
+_THIS_PROCESS = re.compile(r"this process has [\d.,]+ ?[KMGT]?i?B memory in use")
+BUSY_SHARE = 0.25  # others holding this much of the GPU while this process starts: gpu_busy
+
+
+def others_hold_the_gpu(findings: list[Finding]) -> Finding | None:
+    """The first fatal OOM whose allocator message shows other processes holding a quarter of
+    the GPU or more. Where the message does not name this process (NVML sees host PIDs from a
+    container's namespace), the largest entry may be this process and is not counted."""
+    for f in findings:
+        if f.cls != "oom" or f.severity != "fatal":
+            continue
+        total = as_float(f.facts.get("total_gib"))
+        held = sorted(g for _, size in _PROCESS_HAS.findall(f.evidence) if (g := size_gib(size)) is not None)
+        if not total or not held:
+            continue
+        if not _THIS_PROCESS.search(f.evidence):
+            held = held[:-1]
+        others = sum(held)
+        if not held or others < BUSY_SHARE * total:
+            continue
+        share = others / total
+        return Finding(
+            rule="torch.oom.gpu-held-by-others",
+            cls="gpu_busy",
+            severity="fatal",
+            source=f.source,
+            line=f.line,
+            time=f.time,
+            phase_at=f.phase_at,
+            title=f"Other processes held {others:.1f} GiB ({share:.0%}) of GPU {f.facts.get('gpu', '?')}",
+            evidence=f.evidence,
+            facts={**f.facts, "others_gib": round(others, 2), "other_processes": len(held)},
+            note=(
+                f"the allocator's own list: {len(held)} other process(es) held {others:.1f} of "
+                f"{total:g} GiB when this one ran out"
+            ),
+        )
+    return None

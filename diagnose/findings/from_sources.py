@@ -23,6 +23,13 @@ def stack_phase(frames: list[str], engine: str) -> tuple[str, str] | None:
     return knowledge().frame_phase(frames, engine)
 
 
+def function_phase(function: str, engine: str) -> str | None:
+    """The phase of a function a wrapper names (a worker's RPC), from the engine's call-tree roots."""
+    from ..knowledge.mined import knowledge
+
+    return knowledge().function_phase(function, engine)
+
+
 def template_for(lines: list[Line], engine: str) -> Match | None:
     """The mined template that best explains an error no rule knows: the most specific one
     (the engine's own before relayed ones, then the longest literal), an error template before

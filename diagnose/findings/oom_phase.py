@@ -111,6 +111,9 @@ def oom_phase(
                 f"the stack: frame {mined[1]}, which only the {mined[0]} call tree of {engine}'s source reaches"
             ),
         )
+    wrapped = wrapped_step(rec, result, engine)
+    if wrapped:
+        return wrapped[0], "context", wrapped[1]
     if rec.rule is not None and rec.rule.oom_phase:
         return rec.rule.oom_phase, "message", f"the message itself ({rec.rule.id})"
     said = from_sources.message_phase(evidence_lines(rec), engine)
@@ -157,3 +160,28 @@ def _server_was_up_after(rec: RecordedHit, result: ScanResult) -> bool:
         and 0 < h.hit.line.number - line.number <= CONTEXT_AFTER
         for h in result.hits
     )
+
+
+def wrapped_step(rec: RecordedHit, result: ScanResult, engine: str) -> tuple[str, str] | None:
+    """(phase, evidence) from a wrapper line that names the step its process failed in (a rule
+    with `wraps_phase`): after the failure on its source, or in the same second (a sibling
+    rank's report of the same event: the processes of one executor fail together)."""
+    line = rec.hit.line
+    when = line.timestamp
+    for h in result.hits:
+        rule, w = h.rule, h.hit.line
+        if rule is None or rule.wraps_phase is None or w.source != line.source:
+            continue
+        near = 0 <= w.number - line.number <= CONTEXT_AFTER
+        if not (near or (when is not None and w.timestamp == when)):
+            continue
+        phase: str | None = rule.wraps_phase
+        said = f"line {w.number}: {w.message.strip()[:120]}"
+        if phase == "method":
+            method = h.hit.facts.get("method")
+            phase = from_sources.function_phase(str(method), engine) if method else None
+            if phase is None:
+                continue
+            said += f" ({method}: the {phase} call tree of {engine}'s source)"
+        return phase, f"the wrapper names the step that failed, {said}"
+    return None

@@ -522,6 +522,20 @@ class MinedKnowledge:
         out.sort(key=rank)
         return out
 
+    def function_phase(self, function: str, engine: str) -> str | None:
+        """The phase whose call-tree roots name this function, in whichever module (an RPC a
+        wrapper names: load_model, determine_num_available_blocks, execute_model); None when
+        no root or several phases' roots have that name."""
+        suffix = f":{function}"
+        phases = {
+            phase
+            for b in self.bundles_for(engine)
+            if b.engine == engine
+            for key, phase in b.roots.items()
+            if key.endswith(suffix)
+        }
+        return phases.pop() if len(phases) == 1 else None
+
     def frame_phase(self, frames: list[str], engine: str) -> tuple[str, str] | None:
         """(phase, frame) from the engine's mined call trees. `frames` alternates function and
         file stem, outermost first, as the matcher keeps them. The outermost frame that is a

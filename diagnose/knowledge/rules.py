@@ -47,6 +47,10 @@ class Rule:
     advice: list[dict[str, str]] = field(default_factory=list)
     consequence: bool = False
     oom_phase: str | None = None
+    # a wrapper that names the step its process failed in: a failure it reports (that process's,
+    # or a sibling rank's in the same second) is in this phase; "method": the phase of the
+    # function its `method` group names, by the engine's call tree
+    wraps_phase: str | None = None
     scope: str = "message"  # match the message after prefixes, or the whole "text"
     shipped: bool = False  # from the package's own rules/: runs on `re` (patterns.py)
     layer: str = "rule"
@@ -164,6 +168,7 @@ def _rule_from(raw: dict[str, Any], path: str, cls: Any, compiled: Any, shipped:
         advice=[dict(a) for a in raw.get("advice") or []],
         consequence=raw.get("consequence", False),
         oom_phase=raw.get("oom_phase"),
+        wraps_phase=raw.get("wraps_phase"),
         scope=raw.get("scope", "message"),
         shipped=shipped,
         layer=raw.get("layer", "rule"),

@@ -74,6 +74,10 @@ def rule_schema(layers: tuple[str, ...], id_pattern: str) -> dict[str, Any]:
             },
             "consequence": {"type": "boolean", "x-problem": "must be true or false"},
             "oom_phase": {"enum": [None, *OOM_PHASES], "x-problem": f"must be one of {OOM_PHASES}"},
+            "wraps_phase": {
+                "enum": [*OOM_PHASES, "method"],
+                "x-problem": f"must be one of {[*OOM_PHASES, 'method']}",
+            },
             "scope": {"enum": ["message", "text"], "x-problem": "must be 'message' or 'text'"},
             "layer": {"enum": list(layers), "x-problem": "must be one of " + ", ".join(layers)},
         },
