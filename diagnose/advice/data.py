@@ -21,6 +21,7 @@ class AdviceData:
 
     steps: dict[str, list[dict[str, Any]]]  # situation -> ordered {param, note?, above?}
     constants: dict[str, dict[str, Any]]  # param -> {to, why, from?}
+    subcauses: list[dict[str, Any]]  # {class, name, pattern, changes}: what the message names
 
 
 def _need(cond: bool, path: str, fld: str, problem: str) -> None:
@@ -57,7 +58,41 @@ def parse(data: Any, path: str) -> AdviceData:
         _need(isinstance(c.get("to"), (str, int, float)), path, f"constants.{param}.to", "missing")
         _need(isinstance(c.get("why"), str) and bool(c["why"]), path, f"constants.{param}.why", "missing")
         _need(set(c) <= {"to", "why", "from"}, path, f"constants.{param}", "only to, why and from")
-    return AdviceData(steps, constants)
+    return AdviceData(steps, constants, _subcauses(data.get("subcauses") or [], constants, path))
+
+
+def _subcauses(items: Any, constants: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """The sub-causes a failing message names, checked: a known class, a pattern that compiles,
+    changes that are constants or computed."""
+    import re
+
+    from ..model.canonical_params import COMPUTED_PARAMS
+    from ..model.taxonomy import TAXONOMY
+
+    _need(isinstance(items, list), path, "subcauses", "a list of {class, name, pattern, changes}")
+    for i, sc in enumerate(items):
+        at = f"subcauses[{i}]"
+        _need(
+            isinstance(sc, dict) and set(sc) == {"class", "name", "pattern", "changes"},
+            path,
+            at,
+            "exactly class, name, pattern and changes",
+        )
+        _need(sc["class"] in TAXONOMY.class_layer, path, f"{at}.class", f"unknown class {sc['class']!r}")
+        try:
+            re.compile(sc["pattern"])
+        except (re.error, TypeError) as e:
+            _need(False, path, f"{at}.pattern", f"does not compile: {e}")
+        changes = sc["changes"]
+        _need(isinstance(changes, list) and bool(changes), path, f"{at}.changes", "a non-empty list")
+        for param in changes:
+            _need(
+                param in constants or param in COMPUTED_PARAMS,
+                path,
+                f"{at}.changes",
+                f"{param!r} has no constant and nothing computes it",
+            )
+    return list(items)
 
 
 _DATA: AdviceData | None = None

@@ -14,7 +14,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-GRAPH_FRAMES = {"capture_model", "capture", "init_cuda_graphs", "CudaGraphRunner", "cuda_graph_runner"}
+# the engines' capture steps, and torch's own CUDA-graph API (torch/cuda/graphs.py: CUDAGraph's
+# capture_begin/capture_end under `with torch.cuda.graph(...)`, make_graphed_callables), which
+# every engine's capture goes through
+GRAPH_FRAMES = {
+    "capture_model",
+    "capture",
+    "init_cuda_graphs",
+    "CudaGraphRunner",
+    "cuda_graph_runner",
+    "capture_begin",
+    "capture_end",
+    "make_graphed_callables",
+}
 PROFILING_FRAMES = {"profile_run", "_dummy_run", "_dummy_sampler_run", "determine_num_available_blocks"}
 
 # --- values --------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ def advise(
 def _run(a: Advisor) -> list[Change]:
     f = a.finding
     rule = a.ctx.rule
+    subcause(a)
     # a rule that names values knows this message better than the class's defaults
     specific = rule is not None and any("to" in x for x in rule.advice)
     if specific:
@@ -87,6 +88,23 @@ def _run(a: Advisor) -> list[Change]:
     if not a.complete and not specific:
         a.from_rule()
     return a.out
+
+
+def subcause(a: Advisor) -> None:
+    """The changes for what the failing message itself names (rules/advice/advice.yaml
+    `subcauses`), before the class's own list."""
+    import re
+
+    f = a.finding
+    text = " ".join([f.evidence, str(f.facts.get("vocabulary_term") or "")])
+    for sc in advice_data().subcauses:
+        if sc["class"] == f.cls and re.search(sc["pattern"], text):
+            for param in sc["changes"]:
+                before = len(a.out)
+                a.value(param)
+                if len(a.out) > before:
+                    a.out[-1].why = f"{a.out[-1].why} (the message names {sc['name']})"
+            return
 
 
 def fit_engine(changes: list[Change], engine: str, profiles: Profiles) -> list[Change]:

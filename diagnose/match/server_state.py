@@ -86,7 +86,10 @@ class ServerState:
                 ("decided", engine),
                 lambda x: (
                     x.what == "detect"
-                    or (x.engine != engine and not (x.engine == "generic" and (x.what == "observe" or x.library)))
+                    or (
+                        x.engine != engine
+                        and not (x.engine == "generic" and (x.what == "observe" or x.library))
+                    )
                 ),
             )
 
@@ -103,7 +106,13 @@ class ServerState:
         shared = mk.engine == "generic" and (what == "observe" or mk.library)
         if engine is not None and mk.engine != engine and not shared:
             return None
-        if engine is None and mk.engine == "generic" and what == "phases" and self.engine_scores and not shared:
+        if (
+            engine is None
+            and mk.engine == "generic"
+            and what == "phases"
+            and self.engine_scores
+            and not shared
+        ):
             # an engine is half-detected: its own markers are better than the generic guesses
             return None
         m = mk.search(mk.target(line))
