@@ -23,6 +23,14 @@ def request(a: Advisor) -> None:
         or facts.get("requested_tokens")
     )
     if not (limit and prompt):
+        if a.finding.severity == "fatal":
+            # one request took the whole server down: the engine must reject it, not die of it
+            a.add(
+                "engine_version",
+                "a release that rejects this request instead of crashing",
+                "one request's input killed the server process; until then, validate such requests "
+                "before they reach it",
+            )
         return
     if prompt >= limit and a.has("max_model_len"):
         model_max = as_int(a.ctx.observed.get("model_max_len"))

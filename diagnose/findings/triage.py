@@ -159,7 +159,71 @@ def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
         if mined is not None:
             f.facts["template"] = mined.template.id
         _read_unknown(f, rec, mined is None and rule is None, engine)
+    if f.cls == "unknown_error" and rule is not None and rule.consequence:
+        _wrapper_by_its_traceback(f, rec, engine)
     return f
+
+
+# The engines' request-intake functions (their sources' runtime roots on the request path:
+# rules/mined, tools/mine/sources.yaml): a data error raised under one of them came in with a
+# request, not from the server's own state.
+REQUEST_INTAKE = frozenset(
+    {
+        "handle_generate_request",
+        "handle_embedding_request",
+        "process_input_requests",
+        "generate_request",
+        "create_chat_completion",
+        "create_completion",
+        "create_embedding",
+        "_preprocess_chat",
+        "_preprocess_completion",
+        "v1_chat_completions",
+        "v1_completions",
+        "handle_completion_request",
+        "handle_chat_completion_request",
+        "add_request",
+    }
+)
+# Exceptions a malformed or unexpected request input raises (Python's own data errors)
+DATA_ERRORS = frozenset(
+    {
+        "TypeError",
+        "KeyError",
+        "ValueError",
+        "IndexError",
+        "AttributeError",
+        "JSONDecodeError",
+        "UnicodeDecodeError",
+    }
+)
+
+
+def _wrapper_by_its_traceback(f: Finding, rec: RecordedHit, engine: str) -> None:
+    """A wrapper ("scheduler died", "worker died") classed by the traceback of the process that
+    died: the engine's template or class table on its exception, else a data error raised on the
+    request-intake path is a request the server could not take."""
+    tb = next((t for t in (rec.tb, rec.near_tb) if t is not None and t.exception is not None), None)
+    if tb is None or tb.exception is None:
+        return
+    exc = tb.exception
+    mined = from_sources.template_for([exc], engine)
+    if mined is not None and mined.cls not in ("unknown_error", None):
+        from_sources.apply_template(f, mined)
+    elif from_sources.apply_class_table(f, [(exc, tb.innermost_file or "")], engine) is None:
+        name = exc.message.strip().split(":", 1)[0].rsplit(".", 1)[-1]
+        functions = set(tb.frames[0::2])
+        if name not in DATA_ERRORS or not functions & REQUEST_INTAKE:
+            return
+        entry = next(fn for fn in tb.frames[0::2] if fn in REQUEST_INTAKE)
+        f.cls, f.confidence, f.consequence = "request", "low", False
+        f.title = "A request the server could not take crashed it"
+        f.note = (
+            f"{name} raised under {entry}, where the engine takes requests in: the input of one "
+            "request, not the server's state, set it off"
+        )
+    # the process died of it (the wrapper says so): fatal whatever the class
+    f.line, f.evidence, f.consequence = exc.number, exc.message.strip(), False
 
 
 def _read_unknown(f: Finding, rec: RecordedHit, no_knowledge: bool, engine: str) -> None:

@@ -103,6 +103,10 @@ def unexplained_title(line: Line, has_words: bool) -> str | None:
     if line.level == "CRITICAL":
         return "A critical error no rule explains"
     msg = line.message
+    if line.level is None and ": " in msg and _EXC_RE.match(msg):
+        # Python's own last line of a traceback, printed bare (the traceback above it cut or
+        # never printed: `print(e)`, a launcher relaying its child's error): an error line
+        return "An exception no rule explains"
     if has_words and (
         line.level == "ERROR"
         or (line.level is None and _ERROR_SHAPED.search(msg) and not _OWN_QUIET_LEVEL.search(msg[:100]))
@@ -303,8 +307,8 @@ class Scanner:
 
     def _unexplained(self, line: Line, has_words: bool) -> None:
         """An error line no rule and no traceback explains: counted, and a finding when it is one."""
-        self.errors.note(line)
         title = unexplained_title(line, has_words)
+        self.errors.note(line, exception_shaped=title == "An exception no rule explains")
         if title is not None:
             self._synthetic(line, title)
 
@@ -361,8 +365,21 @@ class Scanner:
                 if tb.exception
                 else "A traceback cut before its exception line"
             )
-            self._synthetic(tb.exception or tb.start, title, tb)
+            self._synthetic(tb.exception or self._header_of(tb) or tb.start, title, tb)
         self.tbs.forget(tb)
+
+    def _header_of(self, tb: TracebackEvent) -> Line | None:
+        """The error line `logger.exception(msg)` printed right before a traceback, from the same
+        logger location: the message of a traceback cut before its exception line."""
+        head, start = self.errors.last, tb.start
+        if (
+            head is None
+            or head.source != start.source
+            or not 0 < start.number - head.number <= 2
+            or head.location != start.location
+        ):
+            return None
+        return head
 
     # --- phases ---------------------------------------------------------------------------
 

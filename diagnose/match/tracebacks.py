@@ -147,8 +147,8 @@ class ErrorLines:
         self.examples: list[Line] = []
         self.last: Line | None = None
 
-    def note(self, line: Line) -> None:
-        if line.level in ("ERROR", "CRITICAL"):
+    def note(self, line: Line, exception_shaped: bool = False) -> None:
+        if line.level in ("ERROR", "CRITICAL") or (line.level is None and exception_shaped):
             self.count += 1
             self.last = line
             if len(self.examples) < self.EXAMPLES:
