@@ -225,6 +225,8 @@ class Advisor:
             to = min(to, math.floor((total - other) / total / UTIL_STEP) * UTIL_STEP)
         if to <= 0.3:
             return  # the GPU is taken or nearly so: a smaller budget is no fix
+        if self._cut_starves_kv(cur - to, total):
+            return
         self.add(
             "gpu_memory_utilization",
             to,
@@ -232,6 +234,21 @@ class Advisor:
             + self.unit("gpu_memory_utilization"),
             cur,
         )
+
+    def _cut_starves_kv(self, share: float, total: float | None) -> bool:
+        """Would a utilisation cut of `share` leave a KV cache the log sized too small for one
+        request of max_model_len? Read from the engine's own numbers: the KV memory and tokens
+        it reported, the GPU's size, or (its size unknown) the CUDA graphs' estimate the cut
+        would have to free."""
+        obs = self.ctx.observed
+        kv_gib, kv_tokens = as_float(obs.get("kv_avail_gib")), as_int(obs.get("kv_tokens"))
+        max_len = as_int(self.ctx.current("max_model_len"))
+        if not (kv_gib and kv_tokens and kv_tokens > 0 and max_len):
+            return False
+        spare = kv_gib - kv_gib / kv_tokens * max_len  # what the KV cache holds beyond one request
+        total = total or as_float(obs.get("gpu_total_gib"))
+        needed = share * total if total else as_float(obs.get("cuda_graph_gib"))
+        return needed is not None and needed > spare
 
     def util_raise(self, why: str) -> bool:
         cur = self.util_now()

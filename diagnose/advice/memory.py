@@ -244,6 +244,13 @@ def kv_cache_too_small(a: Advisor) -> None:
     est = as_int(f.facts.get("est_max_len") or f.facts.get("kv_tokens"))
     cur = as_int(f.facts.get("max_model_len")) or as_int(a.ctx.current("max_model_len"))
     need, avail = as_float(f.facts.get("needed_gib")), as_float(f.facts.get("available_gib"))
+    if (est is not None and est <= 0) or (avail is not None and avail <= 0):
+        # the weights and activations left nothing (or less) for the KV cache: no context length
+        # fits, so what must shrink is what each GPU holds before the cache
+        tp_valid(a, want_more=True)
+        a.value("quantization")
+        a.util_raise("gives the KV cache more of each GPU")
+        return
     if not est and cur and need and avail and avail > 0:
         est = int(cur * avail / need)  # KV memory grows linearly with the length
     if est and (cur is None or est < cur):
@@ -400,6 +407,12 @@ def _oom_runtime(a: Advisor) -> None:
             "expandable_segments:True",
             f"{reserved} GiB are reserved but unallocated: the memory is fragmented",
         )
+    if as_int(a.ctx.observed.get("running")) == 0 and "running" in a.ctx.observed:
+        # no request was running: not the batch, but the engine's own pool (a wake-up mapping it
+        # back, a resize) did not fit what is left of the GPU; fewer or shorter requests cannot help
+        a.util_lower(" for the pool to fit beside what else holds the GPU")
+        free_gpu(a)
+        return
     apply_steps(a, "oom.runtime", "")
 
 
