@@ -50,7 +50,20 @@ KNOWN_MISSES: dict[str, str] = {
         "the log says 'CUDA driver error: out of memory' and reads as an OOM; that WSL2's driver "
         "(with expandable segments) is the cause is known from the thread, not the log"
     ),
+    "lmdeploy-001-engine-loop-oom-under-load": (
+        "the only frame is the engine loop's done-callback (_raise_exception_on_finish); the mined "
+        "call trees do not yet give a callback registered with add_done_callback the phase of the "
+        "task it watches (a miner change: needs the engines' sources re-mined), so the phase is assumed"
+    ),
+    "vllm-007-oom-runtime-34b-awq-2xA2-long-requests": (
+        "as lmdeploy-001: the OOM surfaces in V0's background-loop done-callback "
+        "(_raise_exception_on_finish), which no mined call tree places yet"
+    ),
 }
+
+
+def lab_false(label: dict, key: str) -> bool:  # type: ignore[type-arg]
+    return label.get(key) is False
 
 
 def judge(label: dict, d) -> str | None:  # type: ignore[no-untyped-def]
@@ -62,9 +75,12 @@ def judge(label: dict, d) -> str | None:  # type: ignore[no-untyped-def]
         fatal = any(f.severity == "fatal" for f in d.findings)
         ok = d.status in ("ready", "incomplete") and not fatal and not d.advice
         return None if ok else f"false alarm: {got}"
-    if want == "other":
+    if want == "other" or lab_false(label, "decidable_from_log"):
+        # a failure outside the named classes, or one whose class only the thread tells: it failed
         return None if d.status == "failed" else got
     classes, phase = EXPECT[want]
+    if lab_false(label, "oom_phase_from_log"):
+        phase = None  # only the thread tells the OOM's phase: any phase counts
     if want == "hang" and d.status == "incomplete" and p is None and d.last_phase:
         return None
     if p is None or p.cls not in classes:

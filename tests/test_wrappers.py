@@ -36,6 +36,32 @@ WRAPPERS = {
 }
 
 
+# (wrapper, log) -> why that wrapped log still reads otherwise than the raw one. Checked both
+# ways: a listed pair that reads alike again fails the test until it is taken off the list.
+KNOWN_DIFFS: dict[tuple[str, str], str] = {
+    **{
+        (w, "sglang-012-retraction-throughput-collapse-swa"): (
+            "the collector's clock (one line a second in this test) outranks the engine's own in the "
+            "serving series, so the stats lines' spacing, and with it the KV-full-while-queueing "
+            "verdict, is the wrapper's"
+        )
+        for w in ("docker json-file", "journald short-iso", "kubernetes CRI file")
+    },
+    ("docker json-file", "vllm-218-hang-startup-hf-hub-list-repo-tree-tokenizer-cpu-v0210"): (
+        "CPython 3.14's coloured traceback (a Ctrl-C) inside JSON records: the escaped colour codes "
+        "hide its frames, so the raw log's stop reads as a traceback cut before its exception"
+    ),
+    ("unknown constant wrapper", "sglang-018-deepep-assert-during-graph-capture"): (
+        "six lines, none of them in a layout the learner knows: the constant prefix is never "
+        "learned, so the bare exception line does not start with its exception"
+    ),
+    ("unknown constant wrapper", "sglang-214-oom_load-mixtral-8x7b-single-gpu-tp-not-set"): (
+        "the load marker's line is read before the constant prefix is learned, so the OOM has no "
+        "timeline to take its phase from"
+    ),
+}
+
+
 def _verdict(know, path) -> tuple:  # type: ignore[no-untyped-def,type-arg]
     from diagnose.pipeline.scan import scan_paths
 
@@ -54,6 +80,7 @@ def test_a_wrapped_real_log_reads_like_the_raw_one(wrapper, know, tmp_path):  # 
         out = tmp_path / "wrapped.log"
         out.write_text("\n".join(wrap(x, i) for i, x in enumerate(lines)), errors="replace")
         raw, wrapped = _verdict(know, log), _verdict(know, out)
-        if raw != wrapped:
-            differ.append(f"{log.parent.name}: {raw} -> {wrapped}")
+        known = (wrapper, log.parent.name) in KNOWN_DIFFS
+        if (raw != wrapped) != known:
+            differ.append(f"{log.parent.name}: {raw} -> {wrapped}" + (" (listed as known)" if known else ""))
     assert not differ, "\n".join(differ)

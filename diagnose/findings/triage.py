@@ -84,8 +84,13 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
     """One finding per kept hit, its class read, its OOM typed, its restarts counted; what the
     server survived demoted; then merged across ranks and streams."""
     raw: list[tuple[RecordedHit, Finding]] = []
-    for rec in _counted(result):
-        f = _finding_of(rec, engine)
+    counted = _counted(result)
+    # lines a rule of its own explains (not a wrapper): a wrapper's traceback ending there has its cause
+    explained = {
+        (r.hit.line.source, r.hit.line.number) for r in counted if r.rule is not None and not r.rule.consequence
+    }
+    for rec in counted:
+        f = _finding_of(rec, engine, explained)
         if f is None:
             continue
         if f.cls in ("oom", "kv_cache_too_small"):
@@ -128,7 +133,7 @@ def _counted(result: ScanResult) -> list[RecordedHit]:
     ]
 
 
-def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
+def _finding_of(rec: RecordedHit, engine: str, explained: set[tuple[str, int]]) -> Finding | None:
     """The hit as a finding with its class: the rule's, else the engine's own template's, the
     vocabulary's or the class table's; None for a line the engine prints as a mere warning."""
     rule, line = rec.rule, rec.hit.line
@@ -160,7 +165,7 @@ def _finding_of(rec: RecordedHit, engine: str) -> Finding | None:
             f.facts["template"] = mined.template.id
         _read_unknown(f, rec, mined is None and rule is None, engine)
     if f.cls == "unknown_error" and rule is not None and rule.consequence:
-        _wrapper_by_its_traceback(f, rec, engine)
+        _wrapper_by_its_traceback(f, rec, engine, explained)
     return f
 
 
@@ -199,13 +204,15 @@ DATA_ERRORS = frozenset(
 )
 
 
-def _wrapper_by_its_traceback(f: Finding, rec: RecordedHit, engine: str) -> None:
+def _wrapper_by_its_traceback(
+    f: Finding, rec: RecordedHit, engine: str, explained: set[tuple[str, int]]
+) -> None:
     """A wrapper ("scheduler died", "worker died") classed by the traceback of the process that
     died: the engine's template or class table on its exception, else a data error raised on the
     request-intake path is a request the server could not take."""
     tb = next((t for t in (rec.tb, rec.near_tb) if t is not None and t.exception is not None), None)
-    if tb is None or tb.exception is None:
-        return
+    if tb is None or tb.exception is None or (tb.exception.source, tb.exception.number) in explained:
+        return  # no traceback to read, or a rule explains its exception: that finding is the cause
     exc = tb.exception
     mined = from_sources.template_for([exc], engine)
     if mined is not None and mined.cls not in ("unknown_error", None):
@@ -252,19 +259,20 @@ def _read_unknown(f: Finding, rec: RecordedHit, no_knowledge: bool, engine: str)
 
 def _demote_survived(f: Finding, rec: RecordedHit, result: ScanResult) -> None:
     """An error the server got past (an earlier run, ready afterwards, serving went on) is a
-    warning, with the reason said first. One it got past before it became ready (or an earlier
-    run's) degrades nothing: the server as it runs now never met it."""
+    warning, with the reason said first. One this run got past before it became ready degrades
+    nothing: the server never stopped on it."""
     line = rec.hit.line.number
     first_ready = next((m.line for m in result.timeline if m.phase == "ready"), None)
     later_progress = max([result.phase_last_line.get(p, 0) for p in ("ready", "serving")] or [0])
     severity = rec.rule.severity if rec.rule is not None else "fatal"
-    later, before_ready = None, True
+    later, before_ready = None, False
     if rec.run < result.earlier_runs:
+        # a crash and a restart: the server as it runs now is degraded by its history
         later = f"from an earlier run; the server was restarted at line {result.run_start_line}"
     elif severity == "fatal" and first_ready is not None and first_ready > line:
-        later = f"the server still became ready afterwards (line {first_ready})"
+        later, before_ready = f"the server still became ready afterwards (line {first_ready})", True
     elif rec.rule is None and later_progress > line and result.phase_last_line.get("ready") is not None:
-        later, before_ready = f"the server kept running afterwards (line {later_progress})", False
+        later = f"the server kept running afterwards (line {later_progress})"
     if later:
         f.severity = "warning"
         f.survived = before_ready

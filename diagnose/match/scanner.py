@@ -50,6 +50,8 @@ _ERROR_SHAPED = re.compile(
 )
 # a level word inside the message: "… NCCL INFO NET/Plugin: … cannot open …" is information
 _OWN_QUIET_LEVEL = re.compile(r"\b(?:INFO|DEBUG|TRACE|WARN|WARNING)\b|\[[IWD]\]|level=(?:INFO|DEBUG|WARN)")
+UNEXPLAINED_EXCEPTION = "An exception no rule explains"
+CUT_TRACEBACK = "A traceback cut before its exception line"
 CLOSING_TAIL = 5  # an unexplained ERROR line this close to the end of a startup log is its failure
 CONTEXT_LINES = 60  # how far a phase marker after an error still tells its phase
 RULE_EVIDENCE_WEIGHT = 3
@@ -106,7 +108,7 @@ def unexplained_title(line: Line, has_words: bool) -> str | None:
     if line.level is None and ": " in msg and _EXC_RE.match(msg):
         # Python's own last line of a traceback, printed bare (the traceback above it cut or
         # never printed: `print(e)`, a launcher relaying its child's error): an error line
-        return "An exception no rule explains"
+        return UNEXPLAINED_EXCEPTION
     if has_words and (
         line.level == "ERROR"
         or (line.level is None and _ERROR_SHAPED.search(msg) and not _OWN_QUIET_LEVEL.search(msg[:100]))
@@ -308,7 +310,7 @@ class Scanner:
     def _unexplained(self, line: Line, has_words: bool) -> None:
         """An error line no rule and no traceback explains: counted, and a finding when it is one."""
         title = unexplained_title(line, has_words)
-        self.errors.note(line, exception_shaped=title == "An exception no rule explains")
+        self.errors.note(line, exception_shaped=title == UNEXPLAINED_EXCEPTION)
         if title is not None:
             self._synthetic(line, title)
 
@@ -360,26 +362,9 @@ class Scanner:
                 hit_rules.add(rule.id)
                 self._record(rule, echo_line, facts, tb, when)
         if not tb.explained:
-            title = (
-                "An exception no rule explains"
-                if tb.exception
-                else "A traceback cut before its exception line"
-            )
-            self._synthetic(tb.exception or self._header_of(tb) or tb.start, title, tb)
+            title = UNEXPLAINED_EXCEPTION if tb.exception else CUT_TRACEBACK
+            self._synthetic(tb.exception or self.errors.header_of(tb.start) or tb.start, title, tb)
         self.tbs.forget(tb)
-
-    def _header_of(self, tb: TracebackEvent) -> Line | None:
-        """The error line `logger.exception(msg)` printed right before a traceback, from the same
-        logger location: the message of a traceback cut before its exception line."""
-        head, start = self.errors.last, tb.start
-        if (
-            head is None
-            or head.source != start.source
-            or not 0 < start.number - head.number <= 2
-            or head.location != start.location
-        ):
-            return None
-        return head
 
     # --- phases ---------------------------------------------------------------------------
 

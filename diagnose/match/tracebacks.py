@@ -154,6 +154,20 @@ class ErrorLines:
             if len(self.examples) < self.EXAMPLES:
                 self.examples.append(line)
 
+    def header_of(self, start: Line) -> Line | None:
+        """The error line `logger.exception(msg)` printed right before a traceback from the same
+        logger location (`start`: the traceback's first line): the message of a traceback cut
+        before its exception line."""
+        head = self.last
+        if (
+            head is None
+            or head.source != start.source
+            or not 0 < start.number - head.number <= 2
+            or head.location != start.location
+        ):
+            return None
+        return head
+
     def closing(
         self, source: str, lineno: int, tail: int, reached: set[str], hits: list[RecordedHit]
     ) -> Line | None:

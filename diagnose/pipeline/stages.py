@@ -248,6 +248,8 @@ def join_budget(primary: Finding, shape: ModelShape, launch: dict, device: dict 
 def advise_changes(t: Triaged) -> Advised:
     ev, primary = t.found.evidence, t.primary
     result, know, engine = ev.result, ev.know, t.found.engine.name
+    if primary is not None and primary.survived:
+        return Advised(t, [])  # the server got past it before it became ready: nothing to change
     if primary is None:
         if t.status != "incomplete":
             return Advised(t, [])
