@@ -178,8 +178,8 @@ def test_no_secret_from_rules_test_probe_echo_or_the_live_view(cli, tmp_path, kn
     """The other ways out (#26): `rules test LOG` shows unexplained lines, a server's error body
     may echo the key it refused, the live view shows the log's last line."""
     from diagnose.live.session import LiveSession
-    from diagnose.probe.server_errors import error_cause
     from diagnose.probe.result import ProbeResult
+    from diagnose.probe.server_errors import error_cause
 
     secret = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWx"
     log = tmp_path / "serve.log"

@@ -87,7 +87,9 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
     counted = _counted(result)
     # lines a rule of its own explains (not a wrapper): a wrapper's traceback ending there has its cause
     explained = {
-        (r.hit.line.source, r.hit.line.number) for r in counted if r.rule is not None and not r.rule.consequence
+        (r.hit.line.source, r.hit.line.number)
+        for r in counted
+        if r.rule is not None and not r.rule.consequence
     }
     for rec in counted:
         f = _finding_of(rec, engine, explained)
