@@ -412,6 +412,7 @@ def _oom_runtime(a: Advisor) -> None:
         # back, a resize) did not fit what is left of the GPU; fewer or shorter requests cannot help
         a.util_lower(" for the pool to fit beside what else holds the GPU")
         free_gpu(a)
+        a.complete = True  # the rule's batch knobs cannot help either
         return
     apply_steps(a, "oom.runtime", "")
 
