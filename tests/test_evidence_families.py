@@ -321,13 +321,15 @@ def test_an_unknown_architecture_asks_for_a_newer_engine_first(tmp_path, know):
 
 
 def test_a_malformed_subcause_is_named_with_its_file_and_field(tmp_path):
+    from pathlib import Path
+
     import yaml
 
     from diagnose.advice.data import advice_data
     from diagnose.base.data_files import builtin_rules_dir
     from diagnose.base.errors import RuleError
 
-    data = yaml.safe_load(open(f"{builtin_rules_dir()}/advice/advice.yaml").read())
+    data = yaml.safe_load(Path(builtin_rules_dir(), "advice", "advice.yaml").read_text())
     data["subcauses"].append(
         {"class": "driver", "name": "x", "pattern": "(", "changes": ["action:reinstall"]}
     )
