@@ -141,19 +141,19 @@ def test_another_process_holding_the_port_is_not_a_stop(know, tmp_path):
 
 
 def test_vocabulary_names_an_unexplained_exception(know, tmp_path):
-    """No rule knows "CUDA_ERROR_SYSTEM_NOT_READY": the driver vocabulary names it, and says so."""
+    """No rule knows "CUDA_ERROR_NOT_INITIALIZED": the driver vocabulary names it, and says so."""
     log = (
         "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] EngineCore failed to start.\n"
         "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] Traceback (most recent call last):\n"
         '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]   File "/x/vllm/v1/worker/gpu/model_runner.py", line 9, in __init__\n'
         '(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346]     raise RuntimeError(f"cuInit failed: {err}")\n'
-        "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] RuntimeError: cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY\n"
+        "(EngineCore pid=2391) ERROR 09-10 12:22:13 [core.py:1346] RuntimeError: cuInit failed: CUDA_ERROR_NOT_INITIALIZED\n"
     )
     d = _scan(know, tmp_path, log)
     p = d.primary
     assert p is not None and p.cls == "driver" and p.rule == "vocabulary.driver"
     assert p.confidence == "low" and "vocabulary" in (p.note or "")
-    assert p.evidence == "RuntimeError: cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY" and p.line == 5
+    assert p.evidence == "RuntimeError: cuInit failed: CUDA_ERROR_NOT_INITIALIZED" and p.line == 5
     assert json.loads(json.dumps(p.to_json()))["confidence"] == "low"
 
 
