@@ -353,3 +353,23 @@ def test_a_failure_the_server_got_past_before_ready_degrades_nothing(tmp_path, k
     )
     d = scan(tmp_path, know, text, engine="sglang")
     assert d.status == "ready" and d.advice == []
+
+
+# --- errors while serving ----------------------------------------------------------------------
+
+
+def test_a_refused_request_is_a_request_finding_on_a_server_that_stays_up(tmp_path, know):
+    """vLLM's serving_chat.py logs the ErrorResponse it returns ("Error with model …"): the class
+    is request, the server stays ready, and the change is the request's, keyed by what the
+    message names."""
+    text = (
+        "INFO 05-12 02:40:00 [api_server.py:1] vLLM API server version 0.8.5\n"
+        "INFO:     Application startup complete.\n"
+        "ERROR 05-12 02:47:14 [serving_chat.py:136] Error with model object='error' message='The model "
+        "`deepseek-r1-14b` does not exist.' type='NotFoundError' param=None code=404\n"
+        'INFO:     127.0.0.1:56148 - "POST /v1/chat/completions HTTP/1.1" 404 Not Found\n'
+    )
+    d = scan(tmp_path, know, text, engine="vllm")
+    assert d.status == "ready" and d.primary.cls == "request"
+    assert d.primary.facts["status"] == 404
+    assert first(d) == "model" and "served" in d.advice[0].to

@@ -73,7 +73,9 @@ def judge(label: dict, d) -> str | None:  # type: ignore[no-untyped-def]
     got = f"got {d.status}/{p and p.cls}/{p and p.oom_phase}"
     if want == "healthy":
         fatal = any(f.severity == "fatal" for f in d.findings)
-        ok = d.status in ("ready", "incomplete") and not fatal and not d.advice
+        # a request the server refused is told with its change; the server itself is healthy
+        told = not d.advice or (p is not None and p.cls == "request")
+        ok = d.status in ("ready", "incomplete") and not fatal and told
         return None if ok else f"false alarm: {got}"
     if want == "other" or lab_false(label, "decidable_from_log"):
         # a failure outside the named classes, or one whose class only the thread tells: it failed

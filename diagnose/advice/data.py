@@ -85,12 +85,20 @@ def _subcauses(items: Any, constants: dict[str, Any], path: str) -> list[dict[st
             _need(False, path, f"{at}.pattern", f"does not compile: {e}")
         changes = sc["changes"]
         _need(isinstance(changes, list) and bool(changes), path, f"{at}.changes", "a non-empty list")
-        for param in changes:
+        for change in changes:
+            if isinstance(change, dict):  # a change with its own value: {param, to, why}
+                _need(
+                    {"param", "to", "why"} <= set(change) <= {"param", "to", "why", "flag"},
+                    path,
+                    f"{at}.changes",
+                    "{param, to, why} and maybe flag",
+                )
+                continue
             _need(
-                param in constants or param in COMPUTED_PARAMS,
+                change in constants or change in COMPUTED_PARAMS,
                 path,
                 f"{at}.changes",
-                f"{param!r} has no constant and nothing computes it",
+                f"{change!r} has no constant and nothing computes it",
             )
     return list(items)
 

@@ -99,9 +99,12 @@ def subcause(a: Advisor) -> None:
     text = " ".join([f.evidence, str(f.facts.get("vocabulary_term") or "")])
     for sc in advice_data().subcauses:
         if sc["class"] == f.cls and re.search(sc["pattern"], text):
-            for param in sc["changes"]:
+            for change in sc["changes"]:
                 before = len(a.out)
-                a.value(param)
+                if isinstance(change, dict):  # its own why says the sub-cause
+                    a.add(change["param"], change["to"], change["why"], flag=change.get("flag"))
+                    continue
+                a.value(change)
                 if len(a.out) > before:
                     a.out[-1].why = f"{a.out[-1].why} (the message names {sc['name']})"
             return

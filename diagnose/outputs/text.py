@@ -60,6 +60,9 @@ def verdict(d: Diagnosis) -> str:
     if d.status == "ready":
         if stop is not None:
             return f"ready, then stopped at line {stop.line}: no failure found"
+        if p is not None and p.cls == "request":
+            said = describe(p)
+            return f"ready, but {said[:1].lower()}{said[1:]}"
         return "ready: startup completed, no failure found"
     where = (
         f"during {PHASE_LABEL.get(d.last_phase, d.last_phase)}"
