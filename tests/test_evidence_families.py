@@ -373,3 +373,38 @@ def test_a_refused_request_is_a_request_finding_on_a_server_that_stays_up(tmp_pa
     assert d.status == "ready" and d.primary.cls == "request"
     assert d.primary.facts["status"] == 404
     assert first(d) == "model" and "served" in d.advice[0].to
+
+
+# --- what the server did versus what it planned ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("plan", "engine"),
+    [
+        (
+            "$ ./build/bin/llama-server -m models/qwen2.5-3b-q4_k_m.gguf -c 8192 -ngl 99 --port 8080\n",
+            "llamacpp",
+        ),
+        (
+            'time=2025-01-16T04:29:50.909Z level=INFO source=memory.go:356 msg="offload to cuda" '
+            'layers.requested=-1 layers.model=33 layers.offload=33 layers.split=""\n',
+            "ollama",
+        ),
+    ],
+)
+def test_layers_planned_on_the_gpu_that_ran_on_the_cpu_are_a_driver_failure(tmp_path, know, plan, engine):
+    """llama.cpp's load_tensors says how many layers it offloaded: none, against a plan of many,
+    is a silent CPU fallback (a CPU-only build, or no device it could use)."""
+    text = plan + "load_tensors: offloaded 0/33 layers to GPU\n"
+    d = scan(tmp_path, know, text, engine=engine)
+    assert d.primary.rule == "consistency.cpu-fallback" and d.primary.cls == "driver"
+    assert d.status == "degraded" and first(d) == "action:expose_gpu"
+
+
+def test_layers_that_did_go_to_the_gpu_are_no_fallback(tmp_path, know):
+    text = (
+        "$ ./build/bin/llama-server -m m.gguf -c 8192 -ngl 99 --port 8080\n"
+        "load_tensors: offloaded 33/33 layers to GPU\n"
+    )
+    d = scan(tmp_path, know, text, engine="llamacpp")
+    assert all(f.rule != "consistency.cpu-fallback" for f in d.findings)

@@ -70,7 +70,8 @@ def max_model_len(a: Advisor) -> None:
 
 
 def gpu_layers(a: Advisor) -> None:
-    on_gpu = as_int(a.ctx.observed.get("gpu_layers_offloaded"))
+    obs = a.ctx.observed
+    on_gpu = as_int(obs.get("gpu_layers_offloaded", obs.get("gpu_layers_planned")))
     if on_gpu:
         a.add(
             "gpu_layers",
@@ -292,7 +293,9 @@ def oom_layered(a: Advisor) -> None:
 
 def _fewer_layers(a: Advisor) -> None:
     obs = a.ctx.observed
-    on_gpu = as_int(obs.get("gpu_layers_offloaded")) or as_int(a.ctx.current("gpu_layers"))
+    on_gpu = as_int(obs.get("gpu_layers_offloaded", obs.get("gpu_layers_planned"))) or as_int(
+        a.ctx.current("gpu_layers")
+    )
     layers = as_int(obs.get("gpu_layers_total"))
     if not on_gpu:
         gpu_layers(a)

@@ -21,6 +21,10 @@ And the allocator's own account of an OOM (`others_hold_the_gpu`): PyTorch lists
 on the device ("Process N has X memory in use", this one as "this process has X"); other
 processes holding a quarter of the GPU or more make it a `gpu_busy` failure, whatever the
 engine and without a snapshot.
+
+And what the server did against what it planned (`planned_on_gpu_ran_on_cpu`): llama.cpp's
+runner (llama-server, Ollama) that was asked for layers on the GPU but offloaded none runs on
+the CPU, silently: a `driver` failure though nothing errored.
 """
 
 from __future__ import annotations
@@ -203,3 +207,32 @@ def others_hold_the_gpu(findings: list[Finding]) -> Finding | None:
             ),
         )
     return None
+
+
+def planned_on_gpu_ran_on_cpu(result: ScanResult, source: str) -> Finding | None:
+    """Layers planned on the GPU (Ollama's estimate, llama-server's -ngl) and none offloaded
+    (llama.cpp's "offloaded 0/N layers to GPU"): the GPU backend is missing or saw no device."""
+    obs = result.observed
+    planned = as_int(obs.get("gpu_layers_planned"))
+    if planned is None:
+        planned = as_int(result.launch.get("gpu_layers"))
+    done, total = as_int(obs.get("gpu_layers_offloaded")), as_int(obs.get("gpu_layers_total"))
+    if not planned or planned <= 0 or done != 0:
+        return None
+    number, text = result.observed_where.get("gpu_layers_offloaded", (0, ""))
+    asked = f"{planned}" if not total or planned <= total else f"all {total}"
+    return Finding(
+        rule="consistency.cpu-fallback",
+        cls="driver",
+        severity="error",
+        title=f"{asked} layers were planned on the GPU and none was offloaded: the model runs on the CPU",
+        line=number,
+        source=source,
+        evidence=text,
+        facts={
+            "gpu_layers_planned": planned,
+            "gpu_layers_offloaded": 0,
+            **({"gpu_layers_total": total} if total else {}),
+        },
+        note="the runner loaded no GPU backend (a CPU-only build) or found no device it could use",
+    )

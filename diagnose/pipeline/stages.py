@@ -112,9 +112,12 @@ def find(ev: Evidence) -> Found:
     info = detect_engine(result, ev.engine)
     findings = build_findings(result, profiles, info.name) + ev.extra
     findings += consistency.check(result, profiles, info.name, findings, ev.source)
-    busy = consistency.others_hold_the_gpu(findings)
-    if busy is not None:
-        findings.append(busy)
+    for more in (
+        consistency.others_hold_the_gpu(findings),
+        consistency.planned_on_gpu_ran_on_cpu(result, ev.source),
+    ):
+        if more is not None:
+            findings.append(more)
     serving = serving_of(result, profiles, info.name)
     if serving is not None and serving.degraded and not any(f.cls == "preemption" for f in findings):
         findings.append(serving_finding(serving))
