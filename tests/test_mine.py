@@ -222,6 +222,30 @@ def test_frame_phases_follow_constructors_and_stop_at_ambiguity() -> None:
     assert frame_key("eng/models/llama.py", "Llama.__init__") == "llama:__init__"
 
 
+def test_a_done_callback_has_the_phase_of_the_task_it_watches() -> None:
+    """vLLM V0's AsyncLLMEngine and LMDeploy's engine loop: the background loop's task gets a
+    done-callback that re-raises its exception; a traceback through it is the loop's phase."""
+    src = """
+import asyncio
+from functools import partial
+
+class AsyncEngine:
+    def start_background_loop(self):
+        self._task = asyncio.get_event_loop().create_task(self.run_engine_loop())
+        self._task.add_done_callback(partial(_raise_exception_on_finish, tracker=self.tracker))
+    async def run_engine_loop(self):
+        await self.engine_step()
+    async def engine_step(self):
+        return 1
+
+def _raise_exception_on_finish(task, tracker):
+    task.result()
+"""
+    _t, fns, classes = mine_module(src, "eng/engine/async_llm_engine.py")
+    got, _roots = phases(fns, classes, {"runtime": ["run_engine_loop"]})
+    assert got["async_llm_engine:_raise_exception_on_finish"] == "runtime"
+
+
 def test_store_is_one_record_a_line_with_version_ranges(tmp_path) -> None:
     data = {
         "engine": "vllm",

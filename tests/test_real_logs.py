@@ -50,15 +50,6 @@ KNOWN_MISSES: dict[str, str] = {
         "the log says 'CUDA driver error: out of memory' and reads as an OOM; that WSL2's driver "
         "(with expandable segments) is the cause is known from the thread, not the log"
     ),
-    "lmdeploy-001-engine-loop-oom-under-load": (
-        "the only frame is the engine loop's done-callback (_raise_exception_on_finish); the mined "
-        "call trees do not yet give a callback registered with add_done_callback the phase of the "
-        "task it watches (a miner change: needs the engines' sources re-mined), so the phase is assumed"
-    ),
-    "vllm-007-oom-runtime-34b-awq-2xA2-long-requests": (
-        "as lmdeploy-001: the OOM surfaces in V0's background-loop done-callback "
-        "(_raise_exception_on_finish), which no mined call tree places yet"
-    ),
 }
 
 

@@ -4,7 +4,9 @@ The call graph is resolved by name (a call to `x.create_weights(...)` may reach 
 `create_weights` the package defines; `Foo(...)` reaches `Foo.__init__`): an
 over-approximation, kept in check by three limits — a search stops at another phase's
 roots, names defined in very many places (`forward`, `get`) are not followed, and a
-function reached from two phases' roots has no phase. What remains is a map from the
+function reached from two phases' roots has no phase. A done-callback registered on an
+asyncio task is reached from the task's coroutine (it runs when that task ends: the engine
+loop's callback is the loop's phase). What remains is a map from the
 frame a traceback prints (file stem, function) to the one phase it can run in.
 """
 
@@ -49,6 +51,11 @@ def phases(
         by_name[parts[-1]].append(i)
         if len(parts) >= 2:
             by_name[".".join(parts[-2:])].append(i)  # Class.__init__ for instantiations
+    # a done-callback runs when the task it watches ends: the task's coroutine "calls" it
+    for fn in fns:
+        for task in fn.tasks if fn.done_callbacks else ():
+            for j in by_name.get(task, []):
+                fns[j].calls.update(fn.done_callbacks)
     root_ids = {
         ph: {i for i, fn in enumerate(fns) if any(_matches(r, fn) for r in roots.get(ph, ()))}
         for ph in PHASES

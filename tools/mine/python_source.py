@@ -63,6 +63,10 @@ class Function:
     qualname: str
     calls: set[str] = field(default_factory=set)  # names called (functions, methods, classes)
     bases: list[str] = field(default_factory=list)  # of the class it belongs to
+    # asyncio tasks this function starts (the coroutine functions' names) and the done-callbacks
+    # it registers: a callback runs when the task it watches ends, in that task's phase
+    tasks: set[str] = field(default_factory=set)
+    done_callbacks: set[str] = field(default_factory=set)
 
 
 def _expr_name(node: ast.AST) -> str:
@@ -314,6 +318,7 @@ class _Visitor(ast.NodeVisitor):
         if self._func:
             fn = self._func[-1]
             name = _expr_name(node.func)
+            _note_task_or_callback(fn, name, node)
             if name == "__init__" or (
                 isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Call)
@@ -332,6 +337,24 @@ class _Visitor(ast.NodeVisitor):
                 else:
                     fn.calls.add(name)
         self.generic_visit(node)
+
+
+_TASK_STARTERS = ("create_task", "ensure_future", "run_coroutine_threadsafe")
+
+
+def _note_task_or_callback(fn: Function, name: str, node: ast.Call) -> None:
+    """`loop.create_task(self.run_engine_loop())` starts a task of run_engine_loop;
+    `task.add_done_callback(partial(on_finish, …))` registers on_finish for it."""
+    if not node.args:
+        return
+    arg = node.args[0]
+    if name in _TASK_STARTERS and isinstance(arg, ast.Call):
+        fn.tasks.add(_expr_name(arg.func))
+    elif name == "add_done_callback":
+        if isinstance(arg, ast.Call) and _expr_name(arg.func) == "partial" and arg.args:
+            arg = arg.args[0]
+        if isinstance(arg, ast.Name | ast.Attribute):
+            fn.done_callbacks.add(_expr_name(arg))
 
 
 def mine_module(source: str, module: str) -> tuple[list[Template], list[Function], dict[str, list[str]]]:
