@@ -85,12 +85,8 @@ def build_findings(result: ScanResult, profiles: Profiles, engine: str) -> list[
     server survived demoted; then merged across ranks and streams."""
     raw: list[tuple[RecordedHit, Finding]] = []
     counted = _counted(result)
-    # lines a rule of its own explains (not a wrapper): a wrapper's traceback ending there has its cause
-    explained = {
-        (r.hit.line.source, r.hit.line.number)
-        for r in counted
-        if r.rule is not None and not r.rule.consequence
-    }
+    # lines a rule names (a cause, or another wrapper): a wrapper's traceback ending there is told
+    explained = {(r.hit.line.source, r.hit.line.number) for r in counted if r.rule is not None}
     for rec in counted:
         f = _finding_of(rec, engine, explained)
         if f is None:
