@@ -408,3 +408,44 @@ def test_layers_that_did_go_to_the_gpu_are_no_fallback(tmp_path, know):
     )
     d = scan(tmp_path, know, text, engine="llamacpp")
     assert all(f.rule != "consistency.cpu-fallback" for f in d.findings)
+
+
+# --- runtime libraries' own error strings ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "cls"),
+    [
+        # cudaGetErrorString(cudaErrorDevicesUnavailable): exclusive-process mode, another holder
+        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "gpu_busy"),
+        # cudaErrorECCUncorrectable
+        ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "driver"),
+        # cudaErrorIllegalAddress: a kernel fault
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "driver"),
+        # cuBLAS's handle without memory for its workspace
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+            "oom",
+        ),
+        # glibc's loader
+        (
+            "ImportError: /lib/x86_64-linux-gnu/libstdc++.so.6: version `GLIBCXX_3.4.32' not found "
+            "(required by /venv/lib/python3.10/site-packages/vllm/_C.abi3.so)",
+            "driver",
+        ),
+        # CANN (torch_npu's guide): HCCL's notify wait timeout, an invalid device id
+        (
+            "EI0002: [PID: 7277] 2024-11-28-11:59:30.645.648 The wait execution of the Notify register "
+            "times out. Reason: The Notify register has not received the Notify record from remote rank [unknown].",
+            "nccl",
+        ),
+        (
+            "EE1001: [PID: 2228607] 2025-08-06-16:15:27.377.593 The argument is invalid.Reason: Set device "
+            "failed, invalid device, set drv device=100, valid device range is [0, 8)",
+            "tp_mismatch",
+        ),
+    ],
+)
+def test_the_runtime_libraries_own_strings_are_classed_whatever_the_engine(tmp_path, know, line, cls):
+    d = scan(tmp_path, know, line + "\n")
+    assert d.status == "failed" and d.primary.cls == cls
