@@ -308,3 +308,13 @@ def test_a_config_no_model_could_have_is_named(cli, tmp_path):
         p = run_cli(cli, "plan", "--config", str(cfg), "--gpus", "1x80")
         err = p.stderr.decode()
         assert p.returncode == 2 and said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_check_with_nothing_to_hold_the_model_against_says_so_without_a_tick(cli):
+    """No config.json and no GPUs: nothing said the launch cannot work, but the memory was not
+    checked; the answer is neutral (no tick), exit 0, and JSON says memory_checked false."""
+    p = run_cli(cli, "check", "--", "vllm", "serve", "M")
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "memory not checked" in out and "✓" not in out and "can work" not in out
+    doc = json.loads(run_cli(cli, "check", "--json", "--", "vllm", "serve", "M").stdout)
+    assert doc["ok"] is True and doc["memory_checked"] is False

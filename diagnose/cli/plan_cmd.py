@@ -249,12 +249,12 @@ def check(
         print(json.dumps(finite(res), indent=2, ensure_ascii=False))
     else:
         c = make_console()
-        c.print(
-            Text(
-                ("✓ can work" if res["ok"] else "✗ cannot work") + f": {res['summary']}  [{summary}]",
-                style="bold green" if res["ok"] else "bold red",
-            )
-        )
+        if res["ok"] and not res["memory_checked"]:
+            # nothing said it cannot work, but nothing held the model against the GPUs either
+            head, style = "· memory not checked", "bold"
+        else:
+            head, style = ("✓ can work", "bold green") if res["ok"] else ("✗ cannot work", "bold red")
+        c.print(Text(f"{head}: {res['summary']}  [{summary}]", style=style))
         from ..model.records import Change
         from ..outputs.text import change_text
 

@@ -121,6 +121,8 @@ def preflight(
     _check_port(c.launch, c.engine, profiles, c.problem)
     return {
         "ok": not c.problems,
+        # the model's shape against the GPUs: without both, only the launch itself was read
+        "memory_checked": c.shape is not None and total_gib is not None,
         "engine": c.engine,
         "summary": " ".join(cmd)[:120],
         "launch": c.launch,
