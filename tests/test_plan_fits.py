@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -360,3 +361,30 @@ def test_sliding_window_layers_need_only_their_window():  # type: ignore[no-unty
     dense = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-32B.json")))
     q = plan(dense, 2, 47.5, tp=2, max_model_len=131072)
     assert q.max_concurrency < 1 and not q.fits  # no window: the whole context in every layer
+
+
+@pytest.mark.parametrize("gpus", ["1x24", "2x24", "4x80", "8x80", "4x48"])
+@pytest.mark.parametrize("tp", [3, 5, 6, 7, 16])
+def test_a_parallel_size_check_proposes_passes_its_own_check(gpus, tp):
+    """Every tensor_parallel_size `check` proposes, over the real configs and GPU shapes, is one
+    the same check then accepts (bar the launch's other problems): the proposal and the verdict
+    come from one budget."""
+    from diagnose.knowledge.engine_profiles import load_profiles
+    from diagnose.plan.check import preflight
+
+    profiles = load_profiles()
+    count, size = (int(x) for x in gpus.split("x"))
+    own = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
+    for cfg in sorted([*CONFIGS.glob("*.json"), *own.glob("*.json")]):
+        launch = ["vllm", "serve", "M", "--tensor-parallel-size", str(tp), "--max-model-len", "8192"]
+        res = preflight(launch, str(cfg), count, float(size), 0.0, profiles)
+        for pr in res["problems"]:
+            if pr["param"] != "tensor_parallel_size" or pr["change"] is None:
+                continue
+            again = list(launch)
+            again[again.index(str(tp))] = pr["change"]["to"]
+            res2 = preflight(again, str(cfg), count, float(size), 0.0, profiles)
+            # nothing new: only the launch's other problems (a context above the model's) remain
+            others = {p["param"] for p in res["problems"] if p["param"] != "tensor_parallel_size"}
+            left = {p["param"] for p in res2["problems"]}
+            assert left <= others, (cfg.name, gpus, tp, pr["change"]["to"], res2["problems"])

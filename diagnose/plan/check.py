@@ -199,7 +199,7 @@ class _Preflight:
             )
         self.version = version if self.units.model == "vllm" else None
 
-    def plan_at(self, tp_size: int | None, gpu_count: int, model: Any = None) -> Any:
+    def plan_at(self, tp_size: int | None, gpu_count: int, model: Any = None, max_len: Any = None) -> Any:
         launch = self.launch
         return plan(
             model or self.shape,
@@ -209,7 +209,7 @@ class _Preflight:
             tp_size,
             self.pp,
             self.util,
-            launch.get("max_model_len"),
+            max_len or launch.get("max_model_len"),
             as_int(launch.get("max_num_seqs")),
             as_int(launch.get("max_num_batched_tokens")),
             str(launch.get("kv_cache_dtype") or "auto"),
@@ -221,35 +221,53 @@ class _Preflight:
             units=self.units,
         )
 
-    def _weights_fit(self, to: int) -> bool:
-        """Whether the budget takes the weights at this parallel size (True when it cannot tell)."""
-        if self.shape is None or self.total_gib is None:
-            return True
-        q = self.plan_at(to, max(self.gpus or to * self.pp, to * self.pp))
-        return not any("weights need" in r for r in q.reasons)
-
     def check_parallel(self) -> None:
         tp, pp, gpus, shape = self.tp, self.pp, self.gpus, self.shape
         if gpus is not None and tp * pp > gpus:
-            to = _valid_tp(shape.heads if shape else None, max(1, gpus // pp))
-            fits = self._weights_fit(to)
+            to, unfit = self._parallel_that_fits(max(1, gpus // pp))
             self.problem(
                 "tensor_parallel_size",
-                f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible"
-                + ("" if fits else f"; at {to} the weights do not fit either"),
-                to if fits else None,
+                f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible" + unfit,
+                None if unfit else to,
                 f"{gpus} GPUs are visible" + (f" and {to} divides the {shape.heads} heads" if shape else ""),
                 tp,
             )
         if shape is not None and shape.heads % tp:
-            to = _valid_tp(shape.heads, min(tp, gpus or tp))
+            to, unfit = self._parallel_that_fits(gpus // pp if gpus else tp)
             self.problem(
                 "tensor_parallel_size",
-                f"{shape.heads} attention heads are not divisible by {tp}",
-                to,
-                f"{to} divides the {shape.heads} heads",
+                f"{shape.heads} attention heads are not divisible by {tp}" + unfit,
+                None if unfit else to,
+                f"{to} divides the {shape.heads} heads"
+                + (" and the launch fits there" if self._can_tell() else ""),
                 tp,
             )
+
+    def _can_tell(self) -> bool:
+        return self.shape is not None and self.total_gib is not None
+
+    def _parallel_that_fits(self, cap: int) -> tuple[int, str]:
+        """The parallel size nearest the one asked, within `cap`, that divides the heads and (when
+        the budget can tell) whose launch fits by the same budget that judges this one; and, when
+        none does, why the nearest does not (else ""). The context is the one asked, or the
+        model's own longest where more was asked (that is a problem of its own)."""
+        heads = self.shape.heads if self.shape is not None else None
+        options = [d for d in range(1, max(1, cap) + 1) if (heads % d == 0 if heads else d & (d - 1) == 0)]
+        ordered = sorted(options, key=lambda d: (abs(d - self.tp), -d))
+        if not self._can_tell():
+            return _valid_tp(heads, cap), ""
+        asked, longest = as_int(self.launch.get("max_model_len")), self.shape.max_position
+        length = min(asked, int(longest)) if asked and longest else asked
+        for d in ordered:
+            if self.plan_at(d, max(self.gpus or d * self.pp, d * self.pp), max_len=length).fits:
+                return d, ""
+        nearest = self.plan_at(
+            ordered[0], max(self.gpus or ordered[0] * self.pp, ordered[0] * self.pp), max_len=length
+        )
+        what = "the weights" if any("weights need" in r for r in nearest.reasons) else "the launch"
+        return ordered[
+            0
+        ], f"; at {ordered[0]} {what} do{'' if what == 'the weights' else 'es'} not fit either"
 
     def check_length(self) -> None:
         shape, asked = self.shape, self.launch.get("max_model_len")
