@@ -318,3 +318,19 @@ def test_check_with_nothing_to_hold_the_model_against_says_so_without_a_tick(cli
     assert p.returncode == 0 and "memory not checked" in out and "✓" not in out and "can work" not in out
     doc = json.loads(run_cli(cli, "check", "--json", "--", "vllm", "serve", "M").stdout)
     assert doc["ok"] is True and doc["memory_checked"] is False
+
+
+def test_plan_answers_at_what_context_it_fits_when_none_was_asked(cli):
+    """The commonest question (an 8B model on a 24 GiB card, no context asked): the longest that
+    fits, as `--max-model-len auto` picks it, with the launch to copy; asked for the model's own
+    131,072, it does not fit."""
+    cfg = str(CONFIGS / "meta-llama-Meta-Llama-3.1-8B.json")
+    p = run_cli(cli, "plan", "--config", cfg, "--gpus", "1x24")
+    out = p.stdout.decode()
+    assert p.returncode == 0 and out.startswith("✓ fits with --max-model-len ")
+    auto = int(out.split("--max-model-len ", 1)[1].split(":", 1)[0])
+    assert 32768 <= auto < 131072 and f"--max-model-len {auto} " in out
+    doc = json.loads(run_cli(cli, "plan", "--config", cfg, "--gpus", "1x24", "--json").stdout)
+    assert doc["fits"] and doc["max_model_len_auto"] and doc["max_model_len"] == auto
+    p = run_cli(cli, "plan", "--config", cfg, "--gpus", "1x24", "--max-model-len", "131072")
+    assert p.returncode == 1 and p.stdout.decode().startswith("✗ does not fit")

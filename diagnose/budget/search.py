@@ -129,7 +129,7 @@ def _length_and_seqs(
     return length, max_num_seqs or default_seqs
 
 
-def _fitting(q: Plan) -> tuple[Plan, int | None]:
+def longest_context(q: Plan) -> tuple[Plan, int | None]:
     """The plan if it fits; else, when its weights fit and only the context does not, the same
     plan at the longest context its KV cache holds (and that length); else the plan, None."""
     if q.fits or q.kv_gib_per_gpu < 0:
@@ -160,7 +160,7 @@ def _what_would(p: Plan) -> list[str]:
     ctx_flag = flags.get("max_model_len", "--max-model-len")
     out: list[str] = []
     fp8 = fp8_supported(p.gpu_name)
-    q, shorter = _fitting(p)
+    q, shorter = longest_context(p)
     if shorter:
         out.append(f"a shorter context: {ctx_flag} {shorter} at tp={p.tp}")
     share = fitting_share(p)
@@ -177,7 +177,7 @@ def _what_would(p: Plan) -> list[str]:
         for method in ("fp8", "int4") if fp8 is not False else ("int4",):
             found = None
             for t in valid_tps:
-                q, shorter = _fitting(variant(p, shape=dataclasses.replace(s, quant=method), tp=t))
+                q, shorter = longest_context(variant(p, shape=dataclasses.replace(s, quant=method), tp=t))
                 if q.fits:
                     found = (q, shorter)
                     break
@@ -190,7 +190,7 @@ def _what_would(p: Plan) -> list[str]:
                 if not shorter:
                     break
     for t in [t for t in range(p.gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
-        q, shorter = _fitting(variant(p, tp=t, gpus=t * p.pp))
+        q, shorter = longest_context(variant(p, tp=t, gpus=t * p.pp))
         if q.fits:
             out.append(
                 f"more GPUs: tp={t} on {t * p.pp} GPUs of {round(p.gpu_total_gib, 1):g} GiB"

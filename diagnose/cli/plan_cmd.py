@@ -100,6 +100,7 @@ def plan(
 
     from ..budget.architecture import shape_from_config
     from ..budget.config import checkpoint_quant, load_config
+    from ..budget.search import longest_context
     from ..budget.search import plan as make_plan
     from ..budget.shape import with_checkpoint
     from ..budget.units import engine_units
@@ -136,21 +137,32 @@ def plan(
         shape, count, total, used, tp, pp, util, *sizes, gpu_name=gpu_name, engine_version=engine_version,
         chunked_prefill=chunked_prefill, eager=eager, units=units,
     )  # fmt: skip
+    auto = None
+    if max_model_len is None and not p.fits and units.kv_budget != "layers":
+        # the question asked: at what context does it fit? The longest one, as `--max-model-len
+        # auto` picks it, when the model's own is all that does not fit
+        p, auto = longest_context(p)
+        if auto:
+            p.assumptions.insert(
+                0,
+                f"max_model_len {auto}: the longest context that fits (as --max-model-len auto picks it); "
+                f"the model's own {shape.max_position or 'default'} does not",
+            )
     if json_out:
-        print(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
+        print(
+            json.dumps({**p.to_json(), "max_model_len_auto": auto is not None}, indent=2, ensure_ascii=False)
+        )
     else:
-        _print_plan(p, shape, summary, units)
+        _print_plan(p, shape, summary, units, auto)
     raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
 
 
-def _print_plan(p: Any, shape: Any, summary: str, units: Any) -> None:
+def _print_plan(p: Any, shape: Any, summary: str, units: Any, auto: int | None = None) -> None:
     c = make_console()
-    c.print(
-        Text(
-            f"{'✓ fits' if p.fits else '✗ does not fit'}: {shape.name} on {summary}",
-            style="bold green" if p.fits else "bold red",
-        )
-    )
+    head = "✓ fits" if p.fits else "✗ does not fit"
+    if auto:
+        head += f" with {units.flags.get('max_model_len', '--max-model-len')} {auto}"
+    c.print(Text(f"{head}: {shape.name} on {summary}", style="bold green" if p.fits else "bold red"))
     t = Table(box=None, show_edge=False)
     t.add_column("per GPU")
     t.add_column("", justify="right")
