@@ -142,6 +142,22 @@ def longest_context(q: Plan) -> tuple[Plan, int | None]:
     return q, None
 
 
+def with_auto_context(p: Plan, asked: int | None) -> tuple[Plan, int | None]:
+    """The question `plan` answers when no context was asked: at what context does it fit? The
+    plan at the longest one, as `--max-model-len auto` picks it, when the model's own length is
+    all that does not fit; (that plan, the length), else (p, None)."""
+    if asked is not None or p.fits or p.units.kv_budget == "layers":
+        return p, None
+    q, auto = longest_context(p)
+    if auto:
+        q.assumptions.insert(
+            0,
+            f"max_model_len {auto}: the longest context that fits (as --max-model-len auto picks it); "
+            f"the model's own {p.shape.max_position or p.max_model_len} does not",
+        )
+    return q, auto
+
+
 def fitting_share(p: Plan) -> float | None:
     """When the activations do not fit beside the engine's KV share: the largest share, in 0.05
     steps, with which the plan fits; None otherwise."""

@@ -100,8 +100,8 @@ def plan(
 
     from ..budget.architecture import shape_from_config
     from ..budget.config import checkpoint_quant, load_config
-    from ..budget.search import longest_context
     from ..budget.search import plan as make_plan
+    from ..budget.search import with_auto_context
     from ..budget.shape import with_checkpoint
     from ..budget.units import engine_units
 
@@ -137,17 +137,7 @@ def plan(
         shape, count, total, used, tp, pp, util, *sizes, gpu_name=gpu_name, engine_version=engine_version,
         chunked_prefill=chunked_prefill, eager=eager, units=units,
     )  # fmt: skip
-    auto = None
-    if max_model_len is None and not p.fits and units.kv_budget != "layers":
-        # the question asked: at what context does it fit? The longest one, as `--max-model-len
-        # auto` picks it, when the model's own is all that does not fit
-        p, auto = longest_context(p)
-        if auto:
-            p.assumptions.insert(
-                0,
-                f"max_model_len {auto}: the longest context that fits (as --max-model-len auto picks it); "
-                f"the model's own {shape.max_position or 'default'} does not",
-            )
+    p, auto = with_auto_context(p, max_model_len)
     if json_out:
         print(
             json.dumps({**p.to_json(), "max_model_len_auto": auto is not None}, indent=2, ensure_ascii=False)
