@@ -122,7 +122,7 @@ def preflight(
     return {
         "ok": not c.problems,
         # the model's shape against the GPUs: without both, only the launch itself was read
-        "memory_checked": c.shape is not None and total_gib is not None,
+        "memory_checked": c._can_tell(),
         "engine": c.engine,
         "summary": " ".join(cmd)[:120],
         "launch": c.launch,
@@ -244,7 +244,12 @@ class _Preflight:
             )
 
     def _can_tell(self) -> bool:
+        """Can the budget hold the model against the GPUs (a shape and a GPU size)?"""
         return self.shape is not None and self.total_gib is not None
+
+    def _plan_at_size(self, size: int, max_len: Any = None) -> Any:
+        """The plan at this parallel size, on the GPUs given (or as many as it takes)."""
+        return self.plan_at(size, max(self.gpus or size * self.pp, size * self.pp), max_len=max_len)
 
     def _parallel_that_fits(self, cap: int) -> tuple[int, str]:
         """The parallel size nearest the one asked, within `cap`, that divides the heads and (when
@@ -252,22 +257,19 @@ class _Preflight:
         none does, why the nearest does not (else ""). The context is the one asked, or the
         model's own longest where more was asked (that is a problem of its own)."""
         heads = self.shape.heads if self.shape is not None else None
-        options = [d for d in range(1, max(1, cap) + 1) if (heads % d == 0 if heads else d & (d - 1) == 0)]
-        ordered = sorted(options, key=lambda d: (abs(d - self.tp), -d))
         if not self._can_tell():
             return _valid_tp(heads, cap), ""
+        options = [d for d in range(1, max(1, cap) + 1) if (heads % d == 0 if heads else d & (d - 1) == 0)]
+        ordered = sorted(options, key=lambda d: (abs(d - self.tp), -d))
         asked, longest = as_int(self.launch.get("max_model_len")), self.shape.max_position
         length = min(asked, int(longest)) if asked and longest else asked
         for d in ordered:
-            if self.plan_at(d, max(self.gpus or d * self.pp, d * self.pp), max_len=length).fits:
+            if self._plan_at_size(d, length).fits:
                 return d, ""
-        nearest = self.plan_at(
-            ordered[0], max(self.gpus or ordered[0] * self.pp, ordered[0] * self.pp), max_len=length
-        )
-        what = "the weights" if any("weights need" in r for r in nearest.reasons) else "the launch"
-        return ordered[
-            0
-        ], f"; at {ordered[0]} {what} do{'' if what == 'the weights' else 'es'} not fit either"
+        nearest = ordered[0]
+        unfit = self._plan_at_size(nearest, length)
+        what = "the weights do" if any("weights need" in r for r in unfit.reasons) else "the launch does"
+        return nearest, f"; at {nearest} {what} not fit either"
 
     def check_length(self) -> None:
         shape, asked = self.shape, self.launch.get("max_model_len")
@@ -301,8 +303,8 @@ class _Preflight:
 
     def check_budget(self) -> None:
         """The memory budget at the launch's parallel size: weights, activations, one request."""
-        tp, pp, gpus = self.tp, self.pp, self.gpus
-        p = self.plan_at(tp, max(gpus or tp * pp, tp * pp))
+        tp = self.tp
+        p = self._plan_at_size(tp)
         if p.kv_gib_per_gpu < 0:
             self._weights_do_not_fit(p)
         elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
