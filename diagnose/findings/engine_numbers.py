@@ -189,24 +189,35 @@ def others_hold_the_gpu(findings: list[Finding]) -> Finding | None:
         others = sum(held)
         if not held or others < BUSY_SHARE * total:
             continue
-        share = others / total
-        return Finding(
-            rule="torch.oom.gpu-held-by-others",
-            cls="gpu_busy",
-            severity="fatal",
-            source=f.source,
-            line=f.line,
-            time=f.time,
-            phase_at=f.phase_at,
-            title=f"Other processes held {others:.1f} GiB ({share:.0%}) of GPU {f.facts.get('gpu', '?')}",
-            evidence=f.evidence,
-            facts={**f.facts, "others_gib": round(others, 2), "other_processes": len(held)},
-            note=(
-                f"the allocator's own list: {len(held)} other process(es) held {others:.1f} of "
-                f"{total:g} GiB when this one ran out"
-            ),
+        return gpu_busy_from(
+            f,
+            "torch.oom.gpu-held-by-others",
+            f"Other processes held {others:.1f} GiB ({others / total:.0%}) of GPU {f.facts.get('gpu', '?')}",
+            {**f.facts, "others_gib": round(others, 2), "other_processes": len(held)},
+            f"the allocator's own list: {len(held)} other process(es) held {others:.1f} of {total:g} GiB "
+            "when this one ran out",
         )
     return None
+
+
+def gpu_busy_from(
+    failure: Finding, rule: str, title: str, facts: dict[str, Any], note: str, severity: str = "fatal"
+) -> Finding:
+    """A `gpu_busy` finding that stands on a memory failure of the log: its line, time and
+    evidence; `facts` as the caller merged them with the failure's."""
+    return Finding(
+        rule=rule,
+        cls="gpu_busy",
+        severity=severity,
+        source=failure.source,
+        line=failure.line,
+        time=failure.time,
+        phase_at=failure.phase_at,
+        title=title,
+        evidence=failure.evidence,
+        facts=facts,
+        note=note,
+    )
 
 
 def planned_on_gpu_ran_on_cpu(result: ScanResult, source: str) -> Finding | None:

@@ -95,6 +95,12 @@ _EXC_PREFIX = re.compile(
 )
 
 
+def exception_type(text: str) -> str:
+    """The exception type a line raises ("TypeError" of "TypeError: unhashable type"), or ""."""
+    m = _EXC_PREFIX.match(text.strip())
+    return m.group("exc") if m else ""
+
+
 def apply_class_table(f: Finding, raised: list[tuple[Line, str]], engine: str) -> str | None:
     """An exception no rule, template or word knows (a message newer than the mined versions):
     the class table read on its words, its type and the module that raised it (`raised`: the

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..host.gpus import DeviceSnapshot, Warning_
 from ..model.records import Finding
+from .engine_numbers import gpu_busy_from
 
 CAPACITY_TOLERANCE = 0.03  # torch reports total capacity a little below nvidia-smi's
 
@@ -80,18 +81,13 @@ def cross_check(
             )
         # the log's own memory error is the evidence; the snapshot says whose memory it was
         out.append(
-            Finding(
-                rule="device.gpu-busy",
-                cls="gpu_busy",
-                severity=severity,
-                source=memory_failure.source,
-                line=memory_failure.line,
-                time=memory_failure.time,
-                phase_at=memory_failure.phase_at,
-                title=f"GPU {g.index} already had {g.used_gib} GiB in use by another process",
-                evidence=memory_failure.evidence,
-                facts={**facts, **memory_failure.facts},  # the log at crash time wins
-                note=f"from the snapshot: {summary}",
+            gpu_busy_from(
+                memory_failure,
+                "device.gpu-busy",
+                f"GPU {g.index} already had {g.used_gib} GiB in use by another process",
+                {**facts, **memory_failure.facts},  # the log at crash time wins
+                f"from the snapshot: {summary}",
+                severity,
             )
         )
     warns = snap.warnings(size)

@@ -216,11 +216,10 @@ def _wrapper_by_its_traceback(
     if mined is not None and mined.cls not in ("unknown_error", None):
         from_sources.apply_template(f, mined)
     elif from_sources.apply_class_table(f, [(exc, tb.innermost_file or "")], engine) is None:
-        name = exc.message.strip().split(":", 1)[0].rsplit(".", 1)[-1]
-        functions = set(tb.frames[0::2])
-        if name not in DATA_ERRORS or not functions & REQUEST_INTAKE:
+        name = from_sources.exception_type(exc.message)
+        entry = next((fn for fn in tb.frames[0::2] if fn in REQUEST_INTAKE), None)
+        if name not in DATA_ERRORS or entry is None:
             return
-        entry = next(fn for fn in tb.frames[0::2] if fn in REQUEST_INTAKE)
         f.cls, f.confidence, f.consequence = "request", "low", False
         f.title = "A request the server could not take crashed it"
         f.note = (
