@@ -66,7 +66,7 @@ def _subcauses(items: Any, constants: dict[str, Any], path: str) -> list[dict[st
     changes that are constants or computed."""
     import re
 
-    from ..model.canonical_params import COMPUTED_PARAMS
+    from ..model.canonical_params import COMPUTED_PARAMS, param_problem
     from ..model.taxonomy import TAXONOMY
 
     _need(isinstance(items, list), path, "subcauses", "a list of {class, name, pattern, changes}")
@@ -93,6 +93,8 @@ def _subcauses(items: Any, constants: dict[str, Any], path: str) -> list[dict[st
                     f"{at}.changes",
                     "{param, to, why} and maybe flag",
                 )
+                problem = param_problem(str(change["param"]), True)
+                _need(problem is None, path, f"{at}.changes", str(problem))
                 continue
             _need(
                 change in constants or change in COMPUTED_PARAMS,

@@ -69,9 +69,13 @@ def max_model_len(a: Advisor) -> None:
         a.add("max_model_len", len_down(cur // 2), "halves the longest sequence the KV cache must hold", cur)
 
 
+def _layers_on_gpu(obs: dict[str, Any]) -> int | None:
+    """The layers the runner put on the GPU, else those its scheduler planned there (Ollama)."""
+    return as_int(obs.get("gpu_layers_offloaded", obs.get("gpu_layers_planned")))
+
+
 def gpu_layers(a: Advisor) -> None:
-    obs = a.ctx.observed
-    on_gpu = as_int(obs.get("gpu_layers_offloaded", obs.get("gpu_layers_planned")))
+    on_gpu = _layers_on_gpu(a.ctx.observed)
     if on_gpu:
         a.add(
             "gpu_layers",
@@ -293,9 +297,7 @@ def oom_layered(a: Advisor) -> None:
 
 def _fewer_layers(a: Advisor) -> None:
     obs = a.ctx.observed
-    on_gpu = as_int(obs.get("gpu_layers_offloaded", obs.get("gpu_layers_planned"))) or as_int(
-        a.ctx.current("gpu_layers")
-    )
+    on_gpu = _layers_on_gpu(obs) or as_int(a.ctx.current("gpu_layers"))
     layers = as_int(obs.get("gpu_layers_total"))
     if not on_gpu:
         gpu_layers(a)
@@ -410,7 +412,7 @@ def _oom_runtime(a: Advisor) -> None:
             "expandable_segments:True",
             f"{reserved} GiB are reserved but unallocated: the memory is fragmented",
         )
-    if as_int(a.ctx.observed.get("running")) == 0 and "running" in a.ctx.observed:
+    if as_int(a.ctx.observed.get("running")) == 0:
         # no request was running: not the batch, but the engine's own pool (a wake-up mapping it
         # back, a resize) did not fit what is left of the GPU; fewer or shorter requests cannot help
         a.util_lower(" for the pool to fit beside what else holds the GPU")

@@ -134,7 +134,7 @@ class Finding:
     note: str | None = None
     frames: list[str] = field(default_factory=list)  # stack around it (for advice; not in JSON)
     confidence: str | None = None  # "low": the class comes from the vocabulary, not a rule
-    survived: bool = False  # the server got past it (ready afterwards, restarted): it degrades nothing
+    survived: bool = False  # this run got past it before it became ready: it degrades nothing
 
     @property
     def layer(self) -> str:
