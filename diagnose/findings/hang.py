@@ -9,11 +9,6 @@ from ..model.records import PHASE_INDEX, Finding, PhaseMark
 from ..model.taxonomy import TAXONOMY
 from ..read.clock import seconds
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
-if TYPE_CHECKING:
-    pass
-
-
 # Time a phase may take before a scan of a finished log calls it a hang (seconds), and what
 # it usually waits on (rules/taxonomy/taxonomy.yaml).
 HANG_BUDGET_S = TAXONOMY.hang_budget_s
