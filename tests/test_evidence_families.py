@@ -449,3 +449,28 @@ def test_layers_that_did_go_to_the_gpu_are_no_fallback(tmp_path, know):
 def test_the_runtime_libraries_own_strings_are_classed_whatever_the_engine(tmp_path, know, line, cls):
     d = scan(tmp_path, know, line + "\n")
     assert d.status == "failed" and d.primary.cls == cls
+
+
+# --- advice that was one log's fix, now the message family's ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raised", "proxy"),
+    [
+        ("AssertionError: res=<Response [502]>, res.text=''", True),
+        ("RuntimeError: CUDA error: unspecified", False),
+    ],
+)
+def test_a_warmup_failure_gets_no_proxy_only_when_its_traceback_says_a_gateway_answered(
+    tmp_path, know, raised, proxy
+):
+    """SGLang's "Initialization failed. warmup error" wraps whatever the warm-up met: NO_PROXY is
+    the fix only when the traceback's own exception shows a gateway status on the local request."""
+    text = (
+        "[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/server.py", line 540, in _wait_and_warmup\n'
+        '    assert res.status_code == 200, f"{res=}, {res.text=}"\n'
+        f"{raised}\n"
+    )
+    d = scan(tmp_path, know, text, engine="sglang")
+    assert any(c.param == "env:NO_PROXY" for c in d.advice) is proxy

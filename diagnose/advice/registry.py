@@ -91,12 +91,12 @@ def _run(a: Advisor) -> list[Change]:
 
 
 def subcause(a: Advisor) -> None:
-    """The changes for what the failing message itself names (rules/advice/advice.yaml
-    `subcauses`), before the class's own list."""
+    """The changes for what the failing message itself names, or the exception its traceback
+    raised (rules/advice/advice.yaml `subcauses`), before the class's own list."""
     import re
 
     f = a.finding
-    text = " ".join([f.evidence, str(f.facts.get("vocabulary_term") or "")])
+    text = " ".join([f.evidence, f.raised or "", str(f.facts.get("vocabulary_term") or "")])
     for sc in advice_data().subcauses:
         if sc["class"] == f.cls and re.search(sc["pattern"], text):
             for change in sc["changes"]:

@@ -149,6 +149,7 @@ def _finding_of(rec: RecordedHit, engine: str, explained: set[tuple[str, int]]) 
         ranks=[line.rank] if line.rank is not None else [],
         consequence=bool(rule.consequence) if rule is not None else False,
         frames=frames_of(rec),
+        raised=next((x.message.strip() for x in evidence_lines(rec)[1:]), None),
     )
     # an error no rule names (a rule that chose unknown_error — a wrapper — keeps it)
     mined = from_sources.template_for(evidence_lines(rec), engine) if rule is None else None

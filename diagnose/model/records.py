@@ -133,6 +133,7 @@ class Finding:
     consequence: bool = False  # a symptom of another failure ("worker died")
     note: str | None = None
     frames: list[str] = field(default_factory=list)  # stack around it (for advice; not in JSON)
+    raised: str | None = None  # its traceback's exception line, when not the evidence (advice; not in JSON)
     confidence: str | None = None  # "low": the class comes from the vocabulary, not a rule
     survived: bool = False  # this run got past it before it became ready: it degrades nothing
 
