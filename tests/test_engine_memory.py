@@ -128,7 +128,7 @@ def test_ollama_speaks_modelfile_parameters():  # type: ignore[no-untyped-def]
     p = plan(s, 1, 23.56, max_model_len=8192, units=engine_units("ollama"))
     assert p.fits and p.gpu_layers == 33  # 32 blocks + the output layer, as Ollama counts them
     assert p.to_json()["launch"].splitlines() == [
-        f"FROM {s.name}",
+        "FROM MODEL.gguf",  # Ollama builds from a GGUF file; a bare config names none
         "PARAMETER num_ctx 8192",
         "PARAMETER num_gpu 33",
     ]
@@ -176,7 +176,8 @@ def test_every_profiled_launch_uses_the_engines_own_flags():  # type: ignore[no-
         if not prof.memory.get("launch"):
             assert "gpu_memory_utilization:" in launch  # the generic engine's YAML
             continue
-        assert launch.startswith(prof.memory["launch"].format(model=s.name).split("\n")[0]), name
+        model = "MODEL.gguf" if units.kv_budget == "layers" else "MODEL"  # a bare config names no model
+        assert launch.startswith(prof.memory["launch"].format(model=model).split("\n")[0]), name
         flag = prof.flags["max_model_len"]
         assert flag in launch, (name, launch)
         for other in profiles.by_engine.values():  # never another engine's spelling

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.budget.search import fp8_supported
+from diagnose.budget.alternatives import fp8_supported
 from diagnose.budget.units import GIB as GIB_
 
 from .conftest import REFERENCE, run
@@ -369,6 +369,7 @@ def test_a_parallel_size_check_proposes_passes_its_own_check(gpus, tp):
     """Every tensor_parallel_size `check` proposes, over the real configs and GPU shapes, is one
     the same check then accepts (bar the launch's other problems): the proposal and the verdict
     come from one budget."""
+    from diagnose.host.gpu_pool import uniform_pool
     from diagnose.knowledge.engine_profiles import load_profiles
     from diagnose.plan.check import preflight
 
@@ -377,13 +378,13 @@ def test_a_parallel_size_check_proposes_passes_its_own_check(gpus, tp):
     own = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
     for cfg in sorted([*CONFIGS.glob("*.json"), *own.glob("*.json")]):
         launch = ["vllm", "serve", "M", "--tensor-parallel-size", str(tp), "--max-model-len", "8192"]
-        res = preflight(launch, str(cfg), count, float(size), 0.0, profiles)
+        res = preflight(launch, str(cfg), uniform_pool(count, float(size), ""), profiles)
         for pr in res["problems"]:
             if pr["param"] != "tensor_parallel_size" or pr["change"] is None:
                 continue
             again = list(launch)
             again[again.index(str(tp))] = pr["change"]["to"]
-            res2 = preflight(again, str(cfg), count, float(size), 0.0, profiles)
+            res2 = preflight(again, str(cfg), uniform_pool(count, float(size), ""), profiles)
             # nothing new: only the launch's other problems (a context above the model's) remain
             others = {p["param"] for p in res["problems"] if p["param"] != "tensor_parallel_size"}
             left = {p["param"] for p in res2["problems"]}

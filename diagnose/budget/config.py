@@ -120,3 +120,26 @@ def checkpoint_quant(cfg: dict[str, Any]) -> str | None:
     q = cfg.get("quantization_config") or text.get("quantization_config") or {}
     m = q.get("quant_method") if isinstance(q, dict) else None
     return str(m).lower() if m else None
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HF_CACHE = re.compile(r"models--([^/]+)--([^/]+)/snapshots/[^/]+/?$")
+
+
+def model_id(cfg: dict[str, Any], given: str) -> str | None:
+    """What a launch line names the model by: the GGUF file; the checkpoint's directory when the
+    weights lie beside config.json (a hub cache's `models--ORG--NAME` as ORG/NAME); else the
+    hub id config.json names (`_name_or_path`, when it is one); None for a bare config file."""
+    path = Path(str(cfg.get("__path__") or given))
+    if path.suffix.lower() == ".gguf":
+        return given
+    folder = path.parent
+    cached = _HF_CACHE.search(folder.resolve().as_posix())
+    if cached:
+        return f"{cached.group(1)}/{cached.group(2)}"
+    weights = (folder / "model.safetensors.index.json").is_file() or any(folder.glob("*.safetensors"))
+    if path.name == "config.json" and weights:
+        shown = given[: -len("config.json")].rstrip("/") if given.endswith("config.json") else given
+        return shown or "."
+    named = cfg.get("_name_or_path")
+    return named if isinstance(named, str) and _HUB_ID.match(named) else None

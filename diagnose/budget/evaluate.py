@@ -35,7 +35,7 @@ def evaluate(p: Plan) -> Plan:
     if p.units.kv_budget == "layers":
         return _evaluate_layers(p)
     s, tp, pp, kind = p.shape, p.tp, p.pp, p.units.kv_budget
-    p.reasons, p.assumptions, p.what_would = [], [], []
+    p.reasons, p.assumptions, p.what_would, p.proposals = [], [], [], []
     stages = stage_weight_bytes(s, pp)
     padding = expert_padding_bytes(s, tp) * max(stage_layers(s.layers, pp)) / max(1, s.layers)
     p.weights_gib_per_gpu = (max(stages) + padding) / tp / GIB  # the heaviest stage must fit
@@ -148,10 +148,14 @@ def _why_not(p: Plan) -> list[str]:
         out.append(f"{tp * pp} GPUs needed (tp × pp), {p.gpus} visible")
     if p.kv_gib_per_gpu < 0:
         budget = p.weights_room_gib
+        held = f" ({p.used_gib:.1f} GiB already in use there)" if p.used_gib * 1024 > 1024 else ""
         out.append(
-            f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
-            if kind != "free_after_weights"
-            else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are free"
+            (
+                f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, the budget is {budget:.1f} GiB"
+                if kind != "free_after_weights"
+                else f"weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are free"
+            )
+            + held
         )
     elif (rest := _outside_share(p, kind)) is not None and p.activation_gib + rest[1] > rest[0]:
         need, left = p.activation_gib + rest[1], rest[0]
@@ -171,7 +175,7 @@ def _evaluate_layers(p: Plan) -> Plan:
     the GPUs beside their share of the context's KV cache and the compute graph. The token
     embeddings stay on the CPU; a layer that does not fit runs on the CPU (slower, not a failure)."""
     s, units = p.shape, p.units
-    p.reasons, p.assumptions, p.what_would = [], [], []
+    p.reasons, p.assumptions, p.what_would, p.proposals = [], [], [], []
     bpw = QUANT_BYTES.get(s.quant or "", s.dtype_bytes)
     embed = s.vocab * s.hidden * bpw
     output = s.vocab * s.hidden * bpw

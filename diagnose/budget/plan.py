@@ -43,6 +43,11 @@ class Plan:
     what_would: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     gpu_name: str | None = None  # when a snapshot names the GPUs: what their hardware supports
+    devices: tuple[int, ...] | None = None  # the GPUs it runs on (nvidia-smi's indices)
+    launch_env: str = ""  # CUDA_VISIBLE_DEVICES=… when those are not the ones the engine would take
+    proposals: list[Any] = field(default_factory=list)  # alternatives.Proposal, when it does not fit
+    model_id: str | None = None  # what the launch line names the model by (else MODEL)
+    quantization: str | None = None  # applied at load (--quantization), not the checkpoint's own
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +71,8 @@ class Plan:
             "fits": self.fits,
             "why_not": self.reasons,
             "what_would_fit": self.what_would,
+            "proposals": [pr.to_json() for pr in self.proposals],
+            **({"devices": list(self.devices)} if self.devices is not None else {}),
             "partial": self.shape.partial,
             "assumptions": self.assumptions,
             "weights_from": self.shape.exact_from or "config arithmetic",
@@ -107,6 +114,8 @@ def launch_text(p: Plan) -> str:
         params += [("max_model_len", fit_len), ("gpu_memory_utilization", f"{p.util:.2f}")]
     if p.kv_dtype not in ("auto", ""):
         params.append(("kv_cache_dtype", p.kv_dtype))
+    if p.quantization and not layers:
+        params.append(("quantization", p.quantization))
     env, args, model_params = [], [], []
     for canon, value in params:
         flag = units.flags.get(canon)
@@ -118,7 +127,10 @@ def launch_text(p: Plan) -> str:
             args.append(f"{flag} {value}")
         else:
             model_params.append(f"PARAMETER {flag} {value}")
-    head = units.launch.format(model=s.name)
+    model = p.model_id or "MODEL"
+    if layers and not model.lower().endswith(".gguf"):
+        model = "MODEL.gguf"  # these engines load a GGUF file, not a checkpoint directory
+    head = p.launch_env + units.launch.format(model=model)
     if model_params:  # a Modelfile: the model's own parameters
         lines = [head, *model_params]
         if env:

@@ -1,20 +1,20 @@
-"""The search: `plan` tries the parallel sizes that divide the heads on the GPUs given, then what
-would fit instead (context, KV dtype, utilisation, quantisation, more GPUs) is worked out by
-the same evaluation that judged the launch.
+"""The search: `plan` tries the parallel sizes that divide the heads on the GPUs given (each
+placed on the GPUs that can take it), then what would fit instead (`alternatives`) is worked
+out by the same evaluation that judged the launch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from ..base.errors import InputError
+from ..host.gpu_pool import GpuPool, uniform_pool
 from .activation import engine_defaults, profiled_tokens
+from .alternatives import Proposal, alternatives, at_size, fp8_supported, longest_context, valid_sizes
 from .evaluate import evaluate, variant
 from .plan import Plan
 from .shape import ModelShape
-from .units import GGUF_DEFAULT, GGUF_TYPES, GIB, QUANT_BYTES, EngineUnits, engine_units
-from .weights import weight_bytes
+from .units import GGUF_DEFAULT, GGUF_TYPES, QUANT_BYTES, EngineUnits, engine_units
 
 
 def plan(
@@ -35,8 +35,18 @@ def plan(
     chunked_prefill: bool | None = None,
     eager: bool = False,
     units: EngineUnits | None = None,
+    pool: GpuPool | None = None,
+    engine_order: bool = False,
+    model_id: str | None = None,
+    quantization: str | None = None,
 ) -> Plan:
+    """The plan for this model on these GPUs (`pool`, else `gpus` alike of `gpu_total_gib`
+    with `used_gib` held on each): at `tp`, placed as the engine places it when
+    `engine_order`, else on the freest GPUs; without `tp`, the smallest size that fits. When
+    nothing fits, its `proposals`: what would, the smallest change first."""
     units = units or engine_units(engine)
+    pool = pool or uniform_pool(gpus, gpu_total_gib, "", used=used_gib)
+    gpus, gpu_total_gib, gpu_name = pool.count, min(g.usable_gib for g in pool.gpus), gpu_name or pool.name
     engine = units.engine
     if util is None:
         if units.defaults.get("gpu_memory_utilization") is None:
@@ -70,27 +80,47 @@ def plan(
         gpu_name=gpu_name,
         engine_version=engine_version,
         eager=eager,
+        model_id=model_id,
+        quantization=quantization,
     )
     if units.kv_budget == "layers":
-        base.tp = tp or 1
-        chosen = evaluate(base)
-        if not chosen.fits:
-            chosen.what_would = _what_would_layers(chosen)
-        if gguf_note:
-            chosen.assumptions.insert(0, gguf_note)
-        return chosen
-    candidates = [tp] if tp else [t for t in range(1, max(1, gpus // pp) + 1) if s.heads % t == 0]
+        return _on_every_gpu(base, pool, tp, gguf_note)
+    candidates = [tp] if tp else valid_sizes(base, pool)
     chosen = base
     for t in candidates:
-        chosen = variant(base, tp=t)
+        chosen = at_size(base, t, pool, engine_order)
         if chosen.fits:
             break
     if not chosen.fits:
-        chosen.what_would = _what_would(chosen)
+        _propose(chosen, pool, tp)
     chosen.assumptions.insert(0, batched_why)
     if not max_num_seqs:
         chosen.assumptions.insert(1, f"max_num_seqs={seqs}: the engine's default")
     return chosen
+
+
+def _on_every_gpu(base: Plan, pool: GpuPool, tp: int | None, gguf_note: str | None) -> Plan:
+    """Layer-offload engines spread the layers over every GPU by its free memory: the sum counts."""
+    base.tp = tp or 1
+    n = pool.count
+    chosen = evaluate(
+        dataclasses.replace(
+            base,
+            gpu_total_gib=sum(g.usable_gib for g in pool.gpus) / n,
+            used_gib=sum(g.used_gib for g in pool.gpus) / n,
+            devices=tuple(g.index for g in pool.gpus),
+        )
+    )
+    if not chosen.fits:
+        _propose(chosen, pool, tp)
+    if gguf_note:
+        chosen.assumptions.insert(0, gguf_note)
+    return chosen
+
+
+def _propose(p: Plan, pool: GpuPool, asked_tp: int | None) -> None:
+    p.proposals = alternatives(p, pool, asked_tp)
+    p.what_would = [pr.text for pr in p.proposals]
 
 
 def _as_gguf(s: ModelShape) -> tuple[ModelShape, str | None]:
@@ -129,19 +159,6 @@ def _length_and_seqs(
     return length, max_num_seqs or default_seqs
 
 
-def longest_context(q: Plan) -> tuple[Plan, int | None]:
-    """The plan if it fits; else, when its weights fit and only the context does not, the same
-    plan at the longest context its KV cache holds (and that length); else the plan, None."""
-    if q.fits or q.kv_gib_per_gpu < 0:
-        return q, None
-    shorter = min(q.kv_tokens // 1024 * 1024, q.shape.max_position or q.max_model_len)
-    if 1024 <= shorter < q.max_model_len:
-        r = variant(q, max_model_len=shorter)
-        if r.fits:
-            return r, shorter
-    return q, None
-
-
 def with_auto_context(p: Plan, asked: int | None) -> tuple[Plan, int | None]:
     """The question `plan` answers when no context was asked: at what context does it fit? The
     plan at the longest one, as `--max-model-len auto` picks it, when the model's own length is
@@ -149,6 +166,8 @@ def with_auto_context(p: Plan, asked: int | None) -> tuple[Plan, int | None]:
     if asked is not None or p.fits or p.units.kv_budget == "layers":
         return p, None
     q, auto = longest_context(p)
+    if not auto and p.proposals and p.proposals[0].kind == "context":  # at another size or placement
+        q, auto = p.proposals[0].plan, p.proposals[0].changes["max_model_len"]
     if auto:
         q.assumptions.insert(
             0,
@@ -158,108 +177,38 @@ def with_auto_context(p: Plan, asked: int | None) -> tuple[Plan, int | None]:
     return q, auto
 
 
-def fitting_share(p: Plan) -> float | None:
-    """When the activations do not fit beside the engine's KV share: the largest share, in 0.05
-    steps, with which the plan fits; None otherwise."""
-    if not any(r.startswith("activations need") for r in p.reasons):
-        return None
-    for step in range(int(p.util * 20) - 1, 5, -1):
-        if variant(p, util=step / 20).fits:
-            return step / 20
-    return None
-
-
-def _what_would(p: Plan) -> list[str]:
-    """When nothing fits: the nearest launches that would, in the engine's own flags."""
-    s = p.shape
-    flags = p.units.flags
-    ctx_flag = flags.get("max_model_len", "--max-model-len")
-    out: list[str] = []
-    fp8 = fp8_supported(p.gpu_name)
-    q, shorter = longest_context(p)
-    if shorter:
-        out.append(f"a shorter context: {ctx_flag} {shorter} at tp={p.tp}")
-    share = fitting_share(p)
-    if share:
-        util_flag = flags.get("gpu_memory_utilization", "gpu_memory_utilization")
-        out.append(f"a smaller KV share: {util_flag} {share:.2f} leaves the activations room")
-    kv_flag = flags.get("kv_cache_dtype")
-    if p.kv_dtype in ("auto", "") and not s.mla and fp8 is not False and kv_flag:
-        q = variant(p, kv_dtype="fp8")
-        if q.fits:
-            out.append(f"an fp8 KV cache ({kv_flag} fp8) at tp={p.tp}: {q.kv_tokens:,} tokens")
-    valid_tps = [t for t in range(1, max(1, p.gpus // p.pp) + 1) if s.heads % t == 0]
-    if s.quant is None:
-        for method in ("fp8", "int4") if fp8 is not False else ("int4",):
-            found = None
-            for t in valid_tps:
-                q, shorter = longest_context(variant(p, shape=dataclasses.replace(s, quant=method), tp=t))
-                if q.fits:
-                    found = (q, shorter)
-                    break
-            if found:
-                q, shorter = found
-                out.append(
-                    f"{method} weights ({q.weights_gib_per_gpu:.1f} GiB per GPU) at tp={q.tp}"
-                    + (f" with {ctx_flag} {shorter}" if shorter else "")
-                )
-                if not shorter:
-                    break
-    for t in [t for t in range(p.gpus + 1, 65) if s.heads % t == 0 and t & (t - 1) == 0]:
-        q, shorter = longest_context(variant(p, tp=t, gpus=t * p.pp))
-        if q.fits:
+def beyond_auto(q: Plan, pool: GpuPool) -> list[Proposal]:
+    """What a launch gains over the context `--max-model-len auto` picks (`q`, at it): the longer
+    context an fp8 KV cache holds, and the model's whole context at a larger parallel size on
+    the GPUs given (else the longest there)."""
+    flags, full = q.units.flags, q.shape.max_position or q.max_model_len
+    ctx_flag, kv_flag = flags.get("max_model_len", "--max-model-len"), flags.get("kv_cache_dtype")
+    out: list[Proposal] = []
+    if q.kv_dtype in ("auto", "") and not q.shape.mla and fp8_supported(q.gpu_name) is not False and kv_flag:
+        r = variant(q, kv_dtype="fp8", max_model_len=full)
+        r, _ = longest_context(r)
+        if r.fits and r.max_model_len > q.max_model_len:
+            whole = " (the model's whole context)" if r.max_model_len == full else ""
             out.append(
-                f"more GPUs: tp={t} on {t * p.pp} GPUs of {round(p.gpu_total_gib, 1):g} GiB"
-                + (f" with {ctx_flag} {shorter}" if shorter else "")
-            )
-            if not shorter:
-                break
-    return out
-
-
-def _what_would_layers(p: Plan) -> list[str]:
-    s, units = p.shape, p.units
-    out: list[str] = []
-    ctx_flag = units.flags.get("max_model_len", "max_model_len")
-    length = p.max_model_len // 1024 * 1024
-    while length >= 1024:
-        q = variant(p, max_model_len=length)
-        if q.fits:
-            out.append(f"a shorter context: {ctx_flag} {length} puts all {s.layers + 1} layers on the GPU")
-            break
-        length -= 1024
-    if p.kv_dtype in ("auto", "", "f16"):
-        q = variant(p, kv_dtype="q8_0")
-        if q.fits:
-            kv_flag = units.flags.get("kv_cache_dtype", "kv_cache_dtype")
-            out.append(f"a q8_0 KV cache ({kv_flag} q8_0, with flash attention) puts all layers on the GPU")
-    order = ["q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "q3_k_m", "q2_k"]
-    if s.quant in order:
-        for smaller in order[order.index(s.quant) + 1 :]:
-            q = variant(p, shape=dataclasses.replace(s, quant=smaller))
-            if q.fits:
-                out.append(
-                    f"a smaller file: {smaller.upper()} ({weight_bytes(q.shape) / GIB:.1f} GiB) fits whole"
+                Proposal(
+                    "kv_dtype",
+                    f"{kv_flag} fp8 holds {ctx_flag} {r.max_model_len}{whole}",
+                    r,
+                    {"kv_cache_dtype": "fp8", "max_model_len": r.max_model_len},
                 )
-                break
-    if 0 < p.gpu_layers <= s.layers:
-        flag = units.flags.get("gpu_layers", "gpu_layers")
-        whole = "" if out else "; no context or quantisation puts them all on these GPUs"
-        out.append(
-            f"running as is, slower: {flag} {p.gpu_layers} ({p.gpu_layers} of {s.layers + 1} layers on the "
-            f"GPU, the rest on the CPU){whole}"
-        )
+            )
+    for t in (t for t in valid_sizes(q, pool) if t > q.tp):
+        r, _ = longest_context(at_size(q, t, pool, max_model_len=full))
+        if r.fits and r.max_model_len > q.max_model_len:
+            tp_flag = flags.get("tensor_parallel_size", "tp")
+            whole = " (the model's whole context)" if r.max_model_len == full else ""
+            out.append(
+                Proposal(
+                    "parallel",
+                    f"{tp_flag} {t} holds {ctx_flag} {r.max_model_len}{whole}",
+                    r,
+                    {"tensor_parallel_size": t, "max_model_len": r.max_model_len},
+                )
+            )
+            break
     return out
-
-
-# GPUs without FP8 (before Ampere: no FP8 kernels in the engines, not even weight-only Marlin)
-NO_FP8 = re.compile(
-    r"(?i)\b(?:T4|V100|P100|P40|P4|K80|M60|TITAN (?:RTX|V|Xp?)|Quadro RTX|RTX 20\d0|GTX)\b|RTX (?:4000|5000|6000|8000)(?! Ada)"
-)
-
-
-def fp8_supported(gpu_name: str | None) -> bool | None:
-    """False for GPUs known to lack FP8 support (Turing, Volta, Pascal…), None when unknown."""
-    if not gpu_name:
-        return None
-    return NO_FP8.search(gpu_name) is None

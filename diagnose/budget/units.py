@@ -10,10 +10,6 @@ from typing import Any
 from ..base.errors import InputError
 
 GIB = 1 << 30
-# nvidia-smi's memory.total is more than the CUDA runtime (and so torch and the engines) sees:
-# RTX 3090 24,576 MiB vs 23.69 GiB, T4 15,360 MiB vs 14.56 GiB, H100 81,559 MiB vs 79.18 GiB,
-# H200 143,771 MiB vs 139.72 GiB, A100 80GB 81,920 MiB vs 79.25 GiB (real logs): 0.3-0.75 GiB.
-CUDA_UNSEEN_GIB = 0.45
 INT4_GROUP = 128  # GPTQ/AWQ group size assumed for scales and zeros
 DTYPE_BYTES = {
     "bfloat16": 2,

@@ -99,9 +99,9 @@ def plan(
     from pathlib import Path
 
     from ..budget.architecture import shape_from_config
-    from ..budget.config import checkpoint_quant, load_config
+    from ..budget.config import checkpoint_quant, load_config, model_id
+    from ..budget.search import beyond_auto, with_auto_context
     from ..budget.search import plan as make_plan
-    from ..budget.search import with_auto_context
     from ..budget.shape import with_checkpoint
     from ..budget.units import engine_units
 
@@ -131,28 +131,41 @@ def plan(
     )
     if weights and shape.exact_bytes is None:
         raise InputError(f"{weights}: no model.safetensors.index.json and no *.safetensors files there")
-    count, total, used, summary, gpu_name = gpus_from(gpus, tp)
+    pool = gpus_from(gpus, tp)
     sizes = (max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_dtype, engine)
     p = make_plan(
-        shape, count, total, used, tp, pp, util, *sizes, gpu_name=gpu_name, engine_version=engine_version,
-        chunked_prefill=chunked_prefill, eager=eager, units=units,
+        shape, pool.count, 0.0, 0.0, tp, pp, util, *sizes, engine_version=engine_version,
+        chunked_prefill=chunked_prefill, eager=eager, units=units, pool=pool, model_id=model_id(cfg, config),
+        quantization=_launch_quantization(quantization, checkpoint_quant(cfg)),
     )  # fmt: skip
     p, auto = with_auto_context(p, max_model_len)
+    beyond = beyond_auto(p, pool) if auto else []
     if json_out:
-        print(
-            json.dumps({**p.to_json(), "max_model_len_auto": auto is not None}, indent=2, ensure_ascii=False)
-        )
+        doc = {**p.to_json(), "max_model_len_auto": auto is not None}
+        doc["beyond_auto"] = [pr.to_json() for pr in beyond]
+        doc["gpu_notes"] = pool.notes
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
-        _print_plan(p, shape, summary, units, auto)
+        _print_plan(p, shape, pool, units, auto, beyond)
     raise typer.Exit(EXIT_OK if p.fits else EXIT_FOUND)
 
 
-def _print_plan(p: Any, shape: Any, summary: str, units: Any, auto: int | None = None) -> None:
+def _launch_quantization(asked: str | None, stored: str | None) -> str | None:
+    """--quantization for the launch line: what the checkpoint does not carry itself (int4 as the
+    AWQ checkpoint it would be)."""
+    if not asked or asked.lower() == (stored or ""):
+        return None
+    return "awq" if asked.lower() == "int4" else asked.lower()
+
+
+def _print_plan(p: Any, shape: Any, pool: Any, units: Any, auto: int | None, beyond: list[Any]) -> None:
     c = make_console()
     head = "✓ fits" if p.fits else "✗ does not fit"
     if auto:
         head += f" with {units.flags.get('max_model_len', '--max-model-len')} {auto}"
-    c.print(Text(f"{head}: {shape.name} on {summary}", style="bold green" if p.fits else "bold red"))
+    c.print(Text(f"{head}: {shape.name} on {pool.summary}", style="bold green" if p.fits else "bold red"))
+    for n in pool.notes:
+        c.print(Text(f"  ! {n}", style="yellow"))
     t = Table(box=None, show_edge=False)
     t.add_column("per GPU")
     t.add_column("", justify="right")
@@ -163,6 +176,8 @@ def _print_plan(p: Any, shape: Any, summary: str, units: Any, auto: int | None =
         c.print(Text(f"  ✗ {r}", style="red"))
     for w in p.what_would:
         c.print(Text(f"  → {w}" if w.startswith("running as is") else f"  → would fit: {w}", style="green"))
+    for pr in beyond:
+        c.print(Text(f"  + beyond auto: {pr.text}", style="green"))
     for a in p.assumptions + shape.partial:
         c.print(Text(f"  · {a}", style="dim"))
     c.print()
@@ -234,19 +249,11 @@ def check(
         raise typer.BadParameter(
             "give the launch command after --, e.g. diagnose check -- vllm serve MODEL -tp 8"
         )
-    count, total, used, summary, gpu_name = (
-        gpus_from(gpus) if gpus else (None, None, 0.0, "no GPU information", None)
-    )
-    res = preflight(
-        cmd,
-        config,
-        count,
-        total,
-        used,
-        load_knowledge(None).profiles,
-        gpu_name=gpu_name,
-        engine_version=engine_version,
-    )
+    from ..plan.launch_command import leading_env
+
+    pool = gpus_from(gpus, visible=leading_env(cmd).get("CUDA_VISIBLE_DEVICES")) if gpus else None
+    summary = pool.summary if pool else "no GPU information"
+    res = preflight(cmd, config, pool, load_knowledge(None).profiles, engine_version=engine_version)
     if json_out:
         print(json.dumps(finite(res), indent=2, ensure_ascii=False))
     else:
@@ -262,8 +269,16 @@ def check(
 
         for pr in res["problems"]:
             c.print(Text(f"  ✗ {pr['text']}", style="red"))
-            if pr["change"]:
+            if pr.get("how"):
+                c.print(Text(f"    → {pr['how']}", style="green"))
+            elif pr["change"]:
                 c.print(Text("    → " + change_text(Change.from_json(pr["change"])), style="green"))
+            for alt in pr.get("alternatives", []):
+                c.print(Text(f"    or: {alt}", style="dim green"))
+        for n in pool.notes if pool else []:
+            c.print(Text(f"  ! {n}", style="yellow"))
         for n in res["notes"]:
             c.print(Text(f"  · {n}", style="dim"))
+        if res["fixed_launch"]:
+            c.print(Text(f"  → launch: {res['fixed_launch']}", style="bold green"))
     raise typer.Exit(EXIT_OK if res["ok"] else EXIT_FOUND)

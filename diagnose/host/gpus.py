@@ -132,8 +132,7 @@ class DeviceSnapshot:
             mem = "unified memory (nvidia-smi reports no size: it is shared with the CPU)"
         else:
             mem = "memory size not in this output"
-        used = [g.memory_used_mib for g in self.gpus if g.memory_used_mib is not None]
-        used_s = f", {sum(used) / 1024:.1f} GiB used" if used else ""
+        used_s = self._use_text()
         drivers = sorted({g.driver_version for g in self.gpus if g.driver_version})
         if len(drivers) == 1:
             drv = f", driver {drivers[0]}" + (" on all" if self.count > 1 else "")
@@ -142,6 +141,19 @@ class DeviceSnapshot:
         else:
             drv = ""
         return f"{self.count} GPU{'s' if self.count != 1 else ''} visible: {model}, {mem}{used_s}{drv}"
+
+    def _use_text(self) -> str:
+        """What others hold, GPU by GPU (a sum would read as one GPU's)."""
+        known = [g for g in self.gpus if g.memory_used_mib is not None]
+        if not known:
+            return ""
+        if self.count == 1:
+            return f", {known[0].memory_used_mib / 1024:.1f} GiB used"  # type: ignore[operator]
+        busy = [g for g in known if (g.memory_used_mib or 0) > BUSY_MIB]
+        if not busy:
+            return ", none busy"
+        each = ", ".join(f"{(g.memory_used_mib or 0) / 1024:.1f} GiB on GPU {g.index}" for g in busy)
+        return f", used: {each}"
 
     def warnings(self, parallel_size: int | None = None) -> list[Warning_]:
         out = list(self.notes)

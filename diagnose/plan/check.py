@@ -1,156 +1,95 @@
-"""`diagnose check -- vllm serve …`: catch a launch that cannot work before it is run."""
+"""`diagnose check -- vllm serve …`: catch a launch that cannot work before it is run. The launch
+is judged where the engine puts it (the first GPUs visible, or its CUDA_VISIBLE_DEVICES), by
+the budget `plan` uses; each change it proposes is one of the search's alternatives, which the
+same budget accepted, and the command with them made is given to copy."""
 
 from __future__ import annotations
 
 import math
-import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..advice.core import len_down
-from ..base.errors import InputError
+from ..budget.alternatives import Proposal, at_size, valid_sizes
 from ..budget.architecture import shape_from_config
 from ..budget.config import ConfigError, checkpoint_quant, load_config
-from ..budget.search import fitting_share, plan
+from ..budget.plan import Plan
+from ..budget.search import plan
 from ..budget.shape import with_checkpoint
 from ..budget.units import engine_units
+from ..host.gpu_pool import GpuPool
 from ..knowledge.engine_profiles import Profiles, flag_for
 from ..knowledge.settings_in_force import default_of
 from ..model.records import Change
 from ..model.typed_facts import as_int
+from .launch_command import installed_version, leading_env, parse_launch, with_changes
 
 VERIFY = "run `diagnose check` again, then start it under `diagnose watch`"
 
-# Parameters a launch cannot give a value below 1 to, and shares of memory in (0, 1].
-COUNTS = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-)
-
-
-def engine_of_command(joined: str, profiles: Profiles) -> str | None:
-    """The engine whose profile knows this command line (its `command_line` launch marker)."""
-    for name, prof in sorted(profiles.by_engine.items()):
-        for m in prof.markers:
-            if m.what == "launch" and m.kind == "command_line" and m.search(joined):
-                return name
-    return None
-
-
-def parse_launch(cmd: list[str], profiles: Profiles | None = None) -> tuple[str, dict[str, Any]]:
-    """The engine and its parameters (canonical names) from a launch command or the generic
-    engine's YAML config. One reader serves `check`, `run` and the launch lines in logs: the
-    engine from its profile's command-line marker, the names from its profile."""
-    from ..read.launch_args import _parse_command_line, canonical_launch
-
-    if profiles is None:
-        from ..knowledge.engine_profiles import load_profiles
-
-        profiles = load_profiles()
-    generic = profiles.get("generic")
-    if len(cmd) == 1 and cmd[0].endswith((".yaml", ".yml")) and Path(cmd[0]).is_file():
-        try:
-            data = yaml.safe_load(Path(cmd[0]).read_text()) or {}
-        except yaml.YAMLError as e:
-            from ..base.errors import yaml_problem
-
-            raise InputError(f"{cmd[0]}: not valid YAML: {yaml_problem(e)}") from None
-        if not isinstance(data, dict):
-            raise InputError(f"{cmd[0]}: the generic engine's config must be a mapping")
-        launch = canonical_launch({str(k): v for k, v in data.items()}, generic.names)
-        return "generic", _checked(launch, "generic", profiles)
-    joined = " ".join(shlex.quote(w) if " " in w else w for w in cmd) if len(cmd) > 1 else cmd[0]
-    engine = engine_of_command(joined, profiles)
-    if engine is None:
-        known = sorted(
-            n for n, p in profiles.by_engine.items() if any(m.kind == "command_line" for m in p.markers)
-        )
-        raise InputError(
-            f"{joined[:80]}: not a server launch diagnose knows (engines with a command line: "
-            f"{', '.join(known)}); for the generic engine pass its YAML config"
-        )
-    names = {**generic.names, **profiles.get(engine).names}
-    return engine, _checked(canonical_launch(_parse_command_line(joined), names), engine, profiles)
-
-
-def _checked(launch: dict[str, Any], engine: str, profiles: Profiles) -> dict[str, Any]:
-    """Values a server would refuse are named here, as the flag the user typed."""
-    for key in COUNTS:
-        v = launch.get(key)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise InputError(f"{flag_for(profiles, engine, key)} {v}: must be a whole number of at least 1")
-    util = launch.get("gpu_memory_utilization")
-    if util is not None and (
-        isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1
-    ):
-        raise InputError(
-            f"{flag_for(profiles, engine, 'gpu_memory_utilization')} {util}: must be a fraction in (0, 1]"
-        )
-    return launch
+# the parameter a proposal of each kind changes first (others come with it in the fixed launch)
+_MAIN = {
+    "parallel": "tensor_parallel_size",
+    "more_gpus": "tensor_parallel_size",
+    "context": "max_model_len",
+    "share": "gpu_memory_utilization",
+    "kv_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "free_gpus": "action:free_gpu",
+    "placement": "env:CUDA_VISIBLE_DEVICES",
+}
 
 
 def preflight(
     cmd: list[str],
     config_path: str | None,
-    gpus: int | None,
-    total_gib: float | None,
-    used_gib: float,
+    pool: GpuPool | None,
     profiles: Profiles,
-    gpu_name: str | None = None,
     engine_version: str | None = None,
 ) -> dict[str, Any]:
-    """Whether this launch can work on these GPUs: each problem with the change that fixes it."""
-    c = _Preflight(cmd, profiles, gpus, total_gib, used_gib, gpu_name)
+    """Whether this launch can work on these GPUs: each problem with the change that fixes it,
+    and the launch with those changes made."""
+    c = _Preflight(cmd, profiles, pool)
     c.read_model(config_path)
     c.read_version(engine_version)
-    c.check_parallel()
+    if c.can_tell():
+        c.judge()
+    else:
+        c.check_parallel_unsized()
     c.check_length()
-    if c.shape is not None and total_gib is not None and c.units.kv_budget == "layers":
-        c.check_layers()
-    elif c.shape is not None and total_gib is not None:
-        c.check_budget()
-    elif gpus is None:
+    if pool is None:
         c.notes.append("no GPU information: pass --gpus FILE (nvidia-smi output) or --gpus 2x80")
     _check_port(c.launch, c.engine, profiles, c.problem)
+    fixed = None
+    if c.problems and c.engine != "generic" and all(p["change"] for p in c.problems):  # a whole fix only
+        changes = {**c.extra_changes}
+        for p in c.problems:
+            if p["change"] and not p["param"].startswith("action:"):
+                changes[p["param"]] = p["change"]["to"]
+        fixed = " ".join(with_changes(cmd, changes, c.engine, profiles))
+        if fixed == " ".join(w for w in cmd if w != "--"):
+            fixed = None  # the fix is outside the command (free a GPU)
     return {
         "ok": not c.problems,
         # the model's shape against the GPUs: without both, only the launch itself was read
-        "memory_checked": c._can_tell(),
+        "memory_checked": c.can_tell(),
         "engine": c.engine,
         "summary": " ".join(cmd)[:120],
         "launch": c.launch,
         "problems": c.problems,
         "notes": c.notes,
+        "fixed_launch": fixed,
     }
 
 
 class _Preflight:
-    def __init__(
-        self,
-        cmd: list[str],
-        profiles: Profiles,
-        gpus: int | None,
-        total_gib: float | None,
-        used_gib: float,
-        gpu_name: str | None,
-    ):
+    def __init__(self, cmd: list[str], profiles: Profiles, pool: GpuPool | None):
         self.engine, self.launch = parse_launch(cmd, profiles)
-        self.profiles, self.gpus, self.total_gib, self.used_gib, self.gpu_name = (
-            profiles,
-            gpus,
-            total_gib,
-            used_gib,
-            gpu_name,
-        )
+        self.env = leading_env(cmd)
+        self.profiles, self.pool = profiles, pool
         self.problems: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        self.extra_changes: dict[str, Any] = {}  # what the fix needs besides the problems' own
+        self.proposals: list[Proposal] = []  # the search's, when the launch does not fit
         self.tp = int(self.launch.get("tensor_parallel_size") or 1)
         self.pp = int(self.launch.get("pipeline_parallel_size") or 1)
         said = self.launch.get("gpu_memory_utilization")
@@ -199,77 +138,166 @@ class _Preflight:
             )
         self.version = version if self.units.model == "vllm" else None
 
-    def plan_at(self, tp_size: int | None, gpu_count: int, model: Any = None, max_len: Any = None) -> Any:
+    def can_tell(self) -> bool:
+        """Can the budget hold the model against the GPUs (a shape and a GPU size)?"""
+        return self.shape is not None and self.pool is not None
+
+    def plan_as_launched(self) -> Plan:
+        """The launch where the engine puts it, with the search's alternatives when it does not fit."""
         launch = self.launch
+        assert self.pool is not None
         return plan(
-            model or self.shape,
-            gpu_count,
-            self.total_gib,
-            self.used_gib,
-            tp_size,
+            self.shape,
+            self.pool.count,
+            0.0,
+            0.0,
+            self.tp,
             self.pp,
             self.util,
-            max_len or launch.get("max_model_len"),
+            self._length(),
             as_int(launch.get("max_num_seqs")),
             as_int(launch.get("max_num_batched_tokens")),
             str(launch.get("kv_cache_dtype") or "auto"),
             self.engine,
-            gpu_name=self.gpu_name,
             engine_version=self.version,
             chunked_prefill=_bool_or_none(launch.get("enable_chunked_prefill")),
             eager=bool(_bool_or_none(launch.get("enforce_eager"))),
             units=self.units,
+            pool=self.pool,
+            engine_order=True,
         )
 
-    def check_parallel(self) -> None:
-        tp, pp, gpus, shape = self.tp, self.pp, self.gpus, self.shape
-        if gpus is not None and tp * pp > gpus:
-            to, unfit = self._parallel_that_fits(max(1, gpus // pp))
-            self.problem(
-                "tensor_parallel_size",
-                f"tensor × pipeline parallel = {tp * pp} GPUs, {gpus} visible" + unfit,
-                None if unfit else to,
-                f"{gpus} GPUs are visible" + (f" and {to} divides the {shape.heads} heads" if shape else ""),
-                tp,
-            )
-        if shape is not None and shape.heads % tp:
-            to, unfit = self._parallel_that_fits(gpus // pp if gpus else tp)
-            self.problem(
-                "tensor_parallel_size",
-                f"{shape.heads} attention heads are not divisible by {tp}" + unfit,
-                None if unfit else to,
-                f"{to} divides the {shape.heads} heads"
-                + (" and the launch fits there" if self._can_tell() else ""),
-                tp,
-            )
-
-    def _can_tell(self) -> bool:
-        """Can the budget hold the model against the GPUs (a shape and a GPU size)?"""
-        return self.shape is not None and self.total_gib is not None
-
-    def _plan_at_size(self, size: int, max_len: Any = None) -> Any:
-        """The plan at this parallel size, on the GPUs given (or as many as it takes)."""
-        return self.plan_at(size, max(self.gpus or size * self.pp, size * self.pp), max_len=max_len)
-
-    def _parallel_that_fits(self, cap: int) -> tuple[int, str]:
-        """The parallel size nearest the one asked, within `cap`, that divides the heads and (when
-        the budget can tell) whose launch fits by the same budget that judges this one; and, when
-        none does, why the nearest does not (else ""). The context is the one asked, or the
-        model's own longest where more was asked (that is a problem of its own)."""
-        heads = self.shape.heads if self.shape is not None else None
-        if not self._can_tell():
-            return _valid_tp(heads, cap), ""
-        options = [d for d in range(1, max(1, cap) + 1) if (heads % d == 0 if heads else d & (d - 1) == 0)]
-        ordered = sorted(options, key=lambda d: (abs(d - self.tp), -d))
+    def _length(self) -> int | None:
+        """The context judged: the one asked, or the model's own longest where more was asked
+        (that is a problem of its own)."""
         asked, longest = as_int(self.launch.get("max_model_len")), self.shape.max_position
-        length = min(asked, int(longest)) if asked and longest else asked
-        for d in ordered:
-            if self._plan_at_size(d, length).fits:
-                return d, ""
-        nearest = ordered[0]
-        unfit = self._plan_at_size(nearest, length)
-        what = "the weights do" if any("weights need" in r for r in unfit.reasons) else "the launch does"
-        return nearest, f"; at {nearest} {what} not fit either"
+        return min(asked, int(longest)) if asked and longest else asked
+
+    def judge(self) -> None:
+        """The launch against the budget: the parallel size first (the GPUs it needs, the heads
+        it splits), then memory; each problem's change is the search's first proposal."""
+        p, pool = self.plan_as_launched(), self.pool
+        assert pool is not None
+        self.proposals = p.proposals
+        if self.units.kv_budget == "layers":
+            self.check_layers(p)
+            return
+        first = p.proposals[0] if p.proposals else None
+        parallel = first if first is not None and first.kind in ("parallel", "placement") else None
+        tp, shape = self.tp, self.shape
+        structural = []
+        if tp * self.pp > pool.count:
+            structural.append(f"tensor × pipeline parallel = {tp * self.pp} GPUs, {pool.count} visible")
+        if shape.heads % tp:
+            structural.append(f"{shape.heads} attention heads are not divisible by {tp}")
+        for text in structural:
+            unfit = "" if parallel else self._nearest_unfit(p)
+            self._propose("tensor_parallel_size", text + unfit, parallel, tp)
+        if structural and parallel:
+            return
+        judged = p if not structural else self._at_nearest(p)
+        self._check_memory(judged, p.proposals)
+        self.notes.append(
+            f"plan: {judged.weights_gib_per_gpu:.1f} GiB weights and {judged.kv_tokens:,} KV tokens per GPU "
+            f"at tp={judged.tp}"
+            + (
+                f" on GPU{'s' if len(judged.devices) > 1 else ''} {','.join(map(str, judged.devices))}"
+                if judged.devices
+                else ""
+            )
+        )
+
+    def _at_nearest(self, p: Plan) -> Plan:
+        assert self.pool is not None
+        sizes = sorted(valid_sizes(p, self.pool), key=lambda d: (abs(d - self.tp), -d))
+        return at_size(p, sizes[0], self.pool) if sizes else p
+
+    def _nearest_unfit(self, p: Plan) -> str:
+        q = self._at_nearest(p)
+        what = "the weights do" if q.kv_gib_per_gpu < 0 else "the launch does"
+        return f"; at {q.tp} {what} not fit either"
+
+    def _propose(self, param: str, text: str, pr: Proposal | None, frm: Any) -> None:
+        """A problem whose change is this proposal's (its other changes go into the fixed launch)."""
+        if pr is None:
+            self.problem(param, text, None, "", frm)
+            return
+        main = _MAIN.get(pr.kind, param)
+        if main not in pr.changes:
+            main = param
+        if main != param or frm is None:
+            frm = self.tp if main == "tensor_parallel_size" else self.launch.get(main)
+        if main.startswith("env:"):
+            frm = self.env.get(main[4:])
+        self.problem(main, text, pr.changes.get(main), pr.text, frm)
+        self.extra_changes.update({k: v for k, v in pr.changes.items() if k != main})
+        self.problems[-1]["how"] = pr.text
+        self.problems[-1]["alternatives"] = [
+            o.text for o in self.proposals if o is not pr and o.kind != "more_gpus"
+        ]
+
+    def _check_memory(self, p: Plan, proposals: list[Proposal]) -> None:
+        """The memory budget at the launch's parallel size: weights, activations, one request;
+        then what others already hold on its GPUs."""
+        elsewhere = [pr for pr in proposals if pr.kind == "more_gpus"]  # not a change on these GPUs
+        proposals = [pr for pr in proposals if pr.kind != "more_gpus"]
+        first = proposals[0] if proposals else None
+        if p.kv_gib_per_gpu < 0:
+            need = (
+                f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, "
+                f"{max(0.0, p.weights_room_gib):.1f} GiB are available"
+            )
+            busy = [g for g in self.pool.busy if g.index in (p.devices or ())] if self.pool else []
+            if busy:
+                need += " (" + ", ".join(f"GPU {g.index} has {g.used_gib:.1f} GiB in use" for g in busy) + ")"
+            if first is None or first.kind not in ("parallel", "placement", "free_gpus"):
+                need += ", and no parallel size on these GPUs fits"
+            if first is None:
+                need += "; no quantisation these GPUs run makes them fit: more or larger GPUs"
+            self._propose(
+                "quantization" if first is None else _MAIN.get(first.kind, "quantization"), need, first, None
+            )
+            if first is None and elsewhere:
+                self.problems[-1]["alternatives"] = [pr.text for pr in elsewhere]
+            return  # what others hold there is in the proposals (a GPU freed, the launch moved)
+        elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
+            self._propose("gpu_memory_utilization", act, first, f"{self.util:.2f}")
+        elif p.max_concurrency < 1:
+            text = f"the KV cache would hold {p.kv_tokens} tokens, less than one request of {p.max_model_len}"
+            if first is None and p.kv_tokens >= 256:  # no alternative: the longest context it holds
+                self.problem(
+                    "max_model_len",
+                    text,
+                    len_down(p.kv_tokens),
+                    f"the budget leaves {p.kv_gib_per_gpu:.1f} GiB per GPU for the KV cache",
+                    p.max_model_len,
+                )
+            else:
+                self._propose("max_model_len", text, first, p.max_model_len)
+        self._others_on_the_gpu(p)
+
+    def check_parallel_unsized(self) -> None:
+        """Without the budget: the parallel size against the GPUs visible and the heads."""
+        tp, pp, pool, shape = self.tp, self.pp, self.pool, self.shape
+        heads = shape.heads if shape is not None else None
+        if pool is not None and tp * pp > pool.count:
+            to = _valid_tp(heads, max(1, pool.count // pp))
+            self.problem(
+                "tensor_parallel_size",
+                f"tensor × pipeline parallel = {tp * pp} GPUs, {pool.count} visible",
+                to,
+                f"{pool.count} GPUs are visible" + (f" and {to} divides the {heads} heads" if heads else ""),
+                tp,
+            )
+        if heads is not None and heads % tp:
+            to = _valid_tp(heads, pool.count // pp if pool else tp)
+            self.problem(
+                "tensor_parallel_size",
+                f"{heads} attention heads are not divisible by {tp}",
+                to,
+                f"{to} divides the {heads} heads",
+                tp,
+            )
 
     def check_length(self) -> None:
         shape, asked = self.shape, self.launch.get("max_model_len")
@@ -282,10 +310,9 @@ class _Preflight:
                 asked,
             )
 
-    def check_layers(self) -> None:
+    def check_layers(self, p: Plan) -> None:
         """Layer-offload engines: the GPU layers asked for against those that fit."""
         shape = self.shape
-        p = self.plan_at(self.tp, max(self.gpus or 1, 1))
         asked = as_int(self.launch.get("gpu_layers"))
         if asked is not None and 0 <= p.gpu_layers < min(asked, shape.layers + 1):
             shorter = next((w for w in p.what_would if w.startswith("a shorter context")), None)
@@ -301,66 +328,25 @@ class _Preflight:
             f"plan: {p.gpu_layers} of {shape.layers + 1} layers on the GPU at {p.kv_tokens:,} tokens"
         )
 
-    def check_budget(self) -> None:
-        """The memory budget at the launch's parallel size: weights, activations, one request."""
-        tp = self.tp
-        p = self._plan_at_size(tp)
-        if p.kv_gib_per_gpu < 0:
-            self._weights_do_not_fit(p)
-        elif (act := next((r for r in p.reasons if r.startswith("activations need")), None)) is not None:
-            share = fitting_share(p)
-            self.problem(
-                "gpu_memory_utilization",
-                act,
-                f"{share:.2f}" if share else None,
-                "the largest share that still leaves the activations and CUDA graphs their room",
-                f"{self.util:.2f}",
-            )
-        elif p.max_concurrency < 1:
-            self.problem(
-                "max_model_len",
-                f"the KV cache would hold {p.kv_tokens} tokens, less than one request of {p.max_model_len}",
-                len_down(p.kv_tokens) if p.kv_tokens >= 256 else None,
-                f"the budget leaves {p.kv_gib_per_gpu:.1f} GiB per GPU for the KV cache",
-                p.max_model_len,
-            )
-        self._others_on_the_gpu()
-        self.notes.append(
-            f"plan: {p.weights_gib_per_gpu:.1f} GiB weights and {p.kv_tokens:,} KV tokens per GPU at tp={tp}"
-        )
-
-    def _weights_do_not_fit(self, p: Any) -> None:
-        tp, budget, n = self.tp, p.weights_room_gib, self.gpus or self.tp * self.pp
-        better = self.plan_at(None, n)
-        need = f"the weights need {p.weights_gib_per_gpu:.1f} GiB per GPU, {budget:.1f} GiB are available"
-        if better.fits and better.tp != tp:
-            why = f"at {better.tp} GPUs the weights take {better.weights_gib_per_gpu:.1f} GiB each"
-            self.problem("tensor_parallel_size", need, better.tp, why, tp)
-            return
-        quant, why = _fitting_quantization(self.shape, self.plan_at, n, self.gpu_name)
-        self.problem(
-            "quantization",
-            need
-            + ", and no parallel size on these GPUs fits"
-            + ("" if quant else "; no quantisation these GPUs run makes them fit: more or larger GPUs"),
-            quant,
-            why,
-            self.launch.get("quantization"),
-        )
-
-    def _others_on_the_gpu(self) -> None:
-        """Memory other processes hold: a share of the total cannot count it (a share of free memory does)."""
-        total, used = self.total_gib, self.used_gib
+    def _others_on_the_gpu(self, p: Plan) -> None:
+        """Memory other processes hold on the launch's GPUs: a share of the total cannot count it
+        (a share of free memory does)."""
+        total, used = p.gpu_total_gib, p.used_gib
         if not (used > 0 and total and self.units.kv_budget != "free_static"):
             return
+        moved = "env:CUDA_VISIBLE_DEVICES" in self.extra_changes
+        if moved or any(x["param"] in ("action:free_gpu", "env:CUDA_VISIBLE_DEVICES") for x in self.problems):
+            return  # the fix already moves the launch off the busy GPUs or frees them
         free_frac = (total - used) / total
         if self.util > free_frac:
             to = math.floor(free_frac / 0.05) * 0.05
+            busy = [g.index for g in self.pool.busy if g.index in (p.devices or ())] if self.pool else []
+            on = f" on GPU{'s' if len(busy) > 1 else ''} {','.join(map(str, busy))}" if busy else ""
             self.problem(
                 "gpu_memory_utilization",
-                f"{used:.1f} GiB are already in use: {self.util:.2f} of the GPU is not free",
+                f"{used:.1f} GiB are already in use{on}: {self.util:.2f} of the GPU is not free",
                 f"{to:.2f}" if to >= 0.3 else None,
-                "what is free on the busiest GPU",
+                "what is free on the busiest GPU the launch runs on",
                 f"{self.util:.2f}",
             )
 
@@ -373,20 +359,6 @@ def _bool_or_none(v: Any) -> bool | None:
     return bool(v)
 
 
-def installed_version(profiles: Profiles, engine: str) -> str | None:
-    """The engine's version as installed on this host (its profile's `memory.package`): a check
-    runs where the server will."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    package = profiles.get(engine).memory.get("package")
-    if not package:
-        return None
-    try:
-        return version(package)
-    except (PackageNotFoundError, ValueError):
-        return None
-
-
 def _valid_tp(heads: int | None, cap: int) -> int:
     if heads is None:
         p = 1
@@ -394,27 +366,6 @@ def _valid_tp(heads: int | None, cap: int) -> int:
             p *= 2
         return p
     return max(d for d in range(1, max(1, cap) + 1) if heads % d == 0)
-
-
-def _fitting_quantization(
-    shape: Any, plan_at: Any, gpus: int, gpu_name: str | None
-) -> tuple[str | None, str]:
-    """The quantisation these GPUs run that makes the weights fit, if any (fp8 first)."""
-    import dataclasses
-
-    from ..budget.search import fp8_supported
-
-    methods = ("fp8", "awq") if fp8_supported(gpu_name) is not False else ("awq",)
-    for method in methods:
-        r = plan_at(None, gpus, dataclasses.replace(shape, quant="int4" if method == "awq" else method))
-        if not any("weights need" in x for x in r.reasons):
-            what = (
-                "fp8 halves bf16 weights"
-                if method == "fp8"
-                else "an int4 (AWQ/GPTQ) checkpoint quarters them"
-            )
-            return method, f"{what}: {r.weights_gib_per_gpu:.1f} GiB per GPU at tp={r.tp}"
-    return None, "no quantisation fits: more GPUs or GPUs with more memory"
 
 
 def _check_port(launch: dict[str, Any], engine: str, profiles: Profiles, problem: Any) -> None:

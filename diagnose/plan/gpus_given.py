@@ -1,43 +1,39 @@
 """The GPUs a plan or check is for, as the user gave them: `--gpus FILE` (an nvidia-smi snapshot,
-each GPU's memory less what CUDA never sees, the memory others use, a MIG instance) or `NxGIB`,
-or assumed when not given."""
+each GPU on its own: what CUDA sees of it, what others hold there, narrowed by
+CUDA_VISIBLE_DEVICES) or `NxGIB`, or assumed when not given."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from ..base.errors import InputError
+from ..host.gpu_pool import GpuPool, pool_from_snapshot, uniform_pool
 
 
-def gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float, float, str, str | None]:
-    """--gpus FILE (an nvidia-smi snapshot) or NxGIB → (count, GiB each, GiB used by others,
-    summary, the smallest GPU's model name when a snapshot names it: what the GPUs support)."""
+def gpus_from(spec: str | None, parallel: int | None = None, visible: str | None = None) -> GpuPool:
+    """--gpus FILE (an nvidia-smi snapshot) or NxGIB → the pool of GPUs. A snapshot is narrowed
+    by `visible` (the launch's own CUDA_VISIBLE_DEVICES), else by this environment's."""
     from ..budget.config import parse_gpus_spec
+    from ..host.gpus import apply_visible_devices
     from ..pipeline.scan import load_snapshot
 
     if spec is None:
         n = parallel or 1
-        return n, 80.0, 0.0, f"assumed {n}× 80 GiB (give --gpus FILE or --gpus {n}x80)", None
+        return uniform_pool(n, 80.0, f"assumed {n}× 80 GiB (give --gpus FILE or --gpus {n}x80)", "assumed")
     parsed = parse_gpus_spec(spec)
     if parsed:
-        return parsed[0], parsed[1], 0.0, f"{parsed[0]}× {parsed[1]:g} GiB (given)", None
+        return uniform_pool(parsed[0], parsed[1], f"{parsed[0]}× {parsed[1]:g} GiB (given)")
     snap, err = load_snapshot(spec)
     if snap is None:
         raise InputError(f"{spec}: {err}")
-    from ..budget.units import CUDA_UNSEEN_GIB
-
-    name = min(snap.gpus, key=lambda g: g.memory_total_mib or 0).name if snap.gpus else None
-    mig = [m for g in snap.gpus for m in g.mig_mib]
-    if mig:  # a server runs on one MIG instance: the smallest is what is sure to be there
-        return (
-            1,
-            min(mig) / 1024,
-            0.0,
-            snap.summary() + f"; one MIG instance of {min(mig) / 1024:.1f} GiB",
-            name,
-        )
-    totals = [g.memory_total_mib for g in snap.gpus if g.memory_total_mib]
-    if not totals:
+    cvd = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    snap = apply_visible_devices(snap, cvd)
+    if not snap.gpus:
+        raise InputError(f"{spec}: CUDA_VISIBLE_DEVICES={cvd} leaves no GPU of this snapshot visible")
+    pool = pool_from_snapshot(snap)
+    if not pool.gpus:
+        name = snap.gpus[0].name
         why = (
             "unified memory, shared with the CPU" if any(g.unified for g in snap.gpus) else "no memory column"
         )
@@ -47,16 +43,4 @@ def gpus_from(spec: str | None, parallel: int | None = None) -> tuple[int, float
             f"{spec}: the snapshot gives no memory size ({why}): give the memory the GPU can use, "
             f"e.g. --gpus {example}"
         )
-    used = [g.memory_used_mib or 0 for g in snap.gpus]
-    smallest = min((g for g in snap.gpus if g.memory_total_mib), key=lambda g: g.memory_total_mib or 0)
-    if smallest.memory_reserved_mib is not None:  # -q and memory.reserved say it exactly
-        unseen, how = smallest.memory_reserved_mib / 1024, "as the driver reserves"
-    else:
-        unseen, how = CUDA_UNSEEN_GIB, "typical of the driver's reserve"
-    return (
-        snap.count,
-        (smallest.memory_total_mib or 0) / 1024 - unseen,
-        max(used) / 1024 if used else 0.0,
-        snap.summary() + f" (CUDA sees {unseen:.2f} GiB less of each than nvidia-smi's total, {how})",
-        name,
-    )
+    return pool
