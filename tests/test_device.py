@@ -151,6 +151,24 @@ def test_device_command(cli):
     assert p.returncode == 2 and b"NVIDIA driver" in p.stderr and b"Traceback" not in p.stderr
 
 
+def test_device_places_a_launch_off_the_busy_gpus(cli):
+    """`device --tp N`: when the first N GPUs (the engine's own pick) hold a busy one and others
+    are free, the CUDA_VISIBLE_DEVICES that avoids it (the placement plan and check use)."""
+    snap = str(SMI / "csv-4x-h100-one-busy.csv")
+    p = run([*cli, "device", "--json", snap, "--tp", "2"], env=_no_cvd())
+    doc = json.loads(p.stdout)
+    assert doc["placement"]["cuda_visible_devices"] == "1,2" and doc["placement"]["devices"] == [1, 2]
+    out = run([*cli, "device", snap, "--tp", "3"], env=_no_cvd()).stdout.decode()
+    assert "CUDA_VISIBLE_DEVICES=1,2,3 runs 3 GPUs without the busy GPU 0" in out
+    assert "placement" not in json.loads(
+        run([*cli, "device", "--json", snap, "--tp", "4"], env=_no_cvd()).stdout
+    )
+
+
+def _no_cvd() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+
+
 def test_scan_cross_check(cli):
     log = FIXTURES / "logs" / "vllm" / "healthy-v1-tp4-interleaved-docker.log"
     p = run([*cli, "scan", "--json", str(log), "--gpus", str(SMI / "csv-seed-2x-a100.csv")])

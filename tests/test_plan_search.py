@@ -205,3 +205,55 @@ def test_the_launch_names_the_model(tmp_path):  # type: ignore[no-untyped-def]
 
     llama = plan(s, 1, 24.0, max_model_len=8192, units=engine_units("llamacpp"))
     assert launch_text(llama).startswith("llama-server -m MODEL.gguf ")  # a GGUF file, not a checkpoint
+
+
+def _readme_examples() -> list[tuple[str, list[str]]]:
+    """The README's `plan` and `check` examples: (command, the lines it shows)."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```text\n(.*?)```", text, re.S):
+        lines = block.rstrip("\n").split("\n")
+        if lines[0].startswith("$ diagnose plan") or lines[0].startswith("$ diagnose check"):
+            out.append((lines[0][2:], lines[1:]))
+    return out
+
+
+@pytest.mark.parametrize("example", _readme_examples(), ids=lambda e: e[0].split()[1])
+def test_the_readme_shows_real_output(example, cli):  # type: ignore[no-untyped-def]
+    """Each line the README shows (bar those it elides with …) is a line the command prints."""
+    import os
+    import subprocess
+
+    command, shown = example
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    root = Path(__file__).resolve().parent.parent
+    words = shlex.split(command)[1:]
+    printed = subprocess.run([*cli, *words], cwd=root, env=env, capture_output=True, text=True).stdout
+    norm = {" ".join(line.split()) for line in printed.splitlines()}
+    for line in shown:
+        if "…" in line:
+            head = " ".join(line.split("…")[0].split())
+            assert not head or any(p.startswith(head) for p in norm), (line, printed)
+        else:
+            assert " ".join(line.split()) in norm, (line, printed)
+
+
+def test_mixed_gpus_are_named_in_nvidia_smi_order():  # type: ignore[no-untyped-def]
+    """Two A100s and an L4: CUDA orders mixed models fastest first, so a launch names its GPUs
+    by nvidia-smi's indices under CUDA_DEVICE_ORDER=PCI_BUS_ID; the L4 decides nothing it is not in."""
+    pool = gpus_from(str(OWN / "nvidia-smi" / "csv-mixed-models-drivers.csv"))
+    assert (
+        pool.mixed
+        and any("GPUs differ" in n for n in pool.notes)
+        and any("drivers differ" in n for n in pool.notes)
+    )
+    s = shape_from_config(load_config(str(CONFIGS / "Qwen-Qwen3-32B.json")))
+    p = plan(s, pool.count, 0.0, pool=pool, max_model_len=32768)
+    assert p.fits and p.devices == (0,) and p.gpu_total_gib > 70  # an A100, not the 22 GiB L4
+    assert launch_text(p).startswith("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0 vllm serve")
+    three = plan(s, pool.count, 0.0, tp=3, pool=pool, max_model_len=32768)
+    assert three.proposals[0].changes["tensor_parallel_size"] == 2
+    assert three.proposals[0].changes["env:CUDA_VISIBLE_DEVICES"] == "0,1"

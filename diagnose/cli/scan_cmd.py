@@ -2,7 +2,7 @@
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 from rich.text import Text
 
@@ -101,11 +101,39 @@ def device(
     cvd = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
     snap = apply_visible_devices(snap, cvd)
     warnings = snap.warnings(parallel)
+    placed = _placement(snap, parallel) if parallel else None
     if json_out:
-        print(json.dumps(snap.to_json(parallel), indent=2))
+        doc = snap.to_json(parallel)
+        if placed:
+            doc["placement"] = placed
+        print(json.dumps(doc, indent=2))
     else:
         c = make_console()
         c.print(Text(snap.summary(), style="bold"))
         for w in warnings:
             c.print(Text(f"  ! {w.kind}: {w.text}", style="yellow"))
+        if placed:
+            c.print(Text(f"  → {placed['text']}", style="green"))
     raise typer.Exit(EXIT_FOUND if warnings else EXIT_OK)
+
+
+def _placement(snap: Any, parallel: int) -> dict[str, Any] | None:
+    """Where a launch of `parallel` GPUs goes when the first ones the engine would take are busy:
+    the freest, as the CUDA_VISIBLE_DEVICES to launch with (the placement `plan` and `check` use)."""
+    from ..host.gpu_pool import pool_from_snapshot
+
+    pool = pool_from_snapshot(snap)
+    as_is, freest = pool.placed(parallel, engine_order=True), pool.placed(parallel)
+    if as_is is None or freest is None or as_is.indices == freest.indices:
+        return None
+    busy = [g.index for g in pool.busy if g.index in as_is.indices and g.index not in freest.indices]
+    if not busy:
+        return None
+    cvd = ",".join(map(str, freest.indices))
+    return {
+        "devices": list(freest.indices),
+        "cuda_visible_devices": cvd,
+        "text": f"CUDA_VISIBLE_DEVICES={cvd} runs {parallel} GPU{'s' if parallel > 1 else ''} without the busy "
+        f"GPU{'s' if len(busy) > 1 else ''} {','.join(map(str, busy))} (the engine takes GPUs "
+        f"{','.join(map(str, as_is.indices))} otherwise)",
+    }

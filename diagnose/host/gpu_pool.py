@@ -97,8 +97,8 @@ class GpuPool:
 
     def visible_prefix(self, where: Placement) -> str:
         """What to put before the command so the engine runs on `where` ("" when it would anyway)."""
-        if where.engine_order and self.visible is None:
-            return ""
+        if where.engine_order and self.visible is None and not self.mixed:
+            return ""  # mixed models: CUDA orders them fastest first, so the GPUs are named
         order = "CUDA_DEVICE_ORDER=PCI_BUS_ID " if self.mixed else ""
         return f"{order}CUDA_VISIBLE_DEVICES={','.join(str(i) for i in where.indices)} "
 
@@ -123,7 +123,7 @@ def pool_from_snapshot(snap: DeviceSnapshot) -> GpuPool:
                 0,
                 f"GPU {g.index} is busy ({(g.memory_used_mib or 0) / 1024:.1f} GiB in use"
                 + (f" by {procs}" if procs else "")
-                + "): a launch this plan places avoids it; one that takes it has that much less",
+                + "): a launch placed here avoids it; one that takes it has that much less",
             )
     split = [g for g in snap.gpus if g.mig_mib]
     if split:  # a server runs on one MIG instance: the smallest is what is sure to be there
