@@ -1,6 +1,6 @@
 """`diagnose stream` and `diagnose k8s`, and the fleet options `watch --glob` shares."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from ..base.errors import (
     EXIT_FOUND,
@@ -36,6 +36,17 @@ MetricsPortOpt = Annotated[
 MetricsAddrOpt = Annotated[
     str, typer.Option("--metrics-addr", help="The address to serve them on (0.0.0.0: every interface).")
 ]
+IncludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--include",
+        help="Follow only sources matching: a glob over the source (llm/*/engine) or a label "
+        "(namespace=llm, pod=vllm-*, container=engine); repeatable.",
+    ),
+]
+ExcludeOpt = Annotated[
+    list[str] | None, typer.Option("--exclude", help="Never follow sources matching (as --include).")
+]
 AlertmanagerOpt = Annotated[
     str | None,
     typer.Option("--alertmanager", help="Post failures as alerts to this Alertmanager (its base URL)."),
@@ -48,12 +59,19 @@ def stream(
         list[str] | None, typer.Argument(help="Files of records (default: standard input, or `-`).")
     ] = None,
     key: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
-            "--key", help="The JSON field (a dotted path) that tells sources apart, for other shapes."
+            "--key",
+            help="A JSON field (a dotted path) that tells sources apart, for other shapes; several "
+            "(repeated, or a,b): each a part of the identity.",
         ),
     ] = None,
-    source: Annotated[str, typer.Option("--source", help="The name of plain-text and CRI input.")] = "-",
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source", help="The name of plain-text and CRI input (default: its file's, `-` for stdin)."
+        ),
+    ] = None,
     max_sessions: MaxSessionsOpt = 10_000,
     idle: IdleCloseOpt = None,
     events: EventsOpt = None,
@@ -61,6 +79,8 @@ def stream(
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "127.0.0.1",
     alertmanager: AlertmanagerOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
     budget: BudgetOpt = None,
     engine: EngineOpt = None,
     rules: RulesOpt = None,
@@ -69,6 +89,7 @@ def stream(
     from ..fleet.stream_command import run_stream
 
     fleet = Fleet(max_sessions, idle, events, summary, metrics_port, metrics_addr, alertmanager, budget)
+    fleet.scope(include, exclude)
     raise typer.Exit(
         fleet.run(
             lambda sessions, out: run_stream(inputs or ["-"], sessions, key, source, out), engine, rules
@@ -105,13 +126,24 @@ class Fleet:
         self.max_sessions, self.idle, self.summary = max_sessions, idle, summary
         self.metrics_port, self.metrics_addr, self.alertmanager = metrics_port, metrics_addr, alertmanager
 
+    def scope(self, include: list[str] | None, exclude: list[str] | None) -> None:
+        from ..fleet.scope import Scope
+
+        self._scope = Scope(list(include or []), list(exclude or []))
+
     def run(self, body, engine, rules) -> int:  # type: ignore[no-untyped-def]
         """`body(sessions, output)` with the sinks running; problems posting said at the end."""
         from ..fleet.stream_command import BUSY_HOLD_S, Output
         from ..stream.session import Sessions
 
         sessions = Sessions(
-            load_knowledge(rules), engine, self.max_sessions, self.idle, self.budgets, hold_s=BUSY_HOLD_S
+            load_knowledge(rules),
+            engine,
+            self.max_sessions,
+            self.idle,
+            self.budgets,
+            hold_s=BUSY_HOLD_S,
+            scoped=True,
         )
         sinks = []
         poster = None
@@ -132,7 +164,9 @@ class Fleet:
             poster = AlertPoster(self.alertmanager)
             sinks.append(lambda e, _n: poster.take(e))
         try:
-            return int(body(sessions, Output(self.only, self.summary, sinks=sinks)))
+            output = Output(self.only, self.summary, sinks=sinks, scope=getattr(self, "_scope", None))
+            output.stop = _stop_on_sigterm()
+            return int(body(sessions, output))
         finally:
             if poster is not None:
                 poster.close()
@@ -140,6 +174,19 @@ class Fleet:
                     say_warning(f"alert not posted: {problem}")
                 if poster.dropped:
                     say_warning(f"{poster.dropped} alert(s) dropped: Alertmanager did not keep up")
+
+
+def _stop_on_sigterm() -> Any:
+    """A DaemonSet rollout's SIGTERM ends the loop as the input's end would: the verdicts the
+    sessions hold are flushed (closed events, metrics, alerts) before the exit."""
+    import contextlib
+    import signal
+    import threading
+
+    stop = threading.Event()
+    with contextlib.suppress(ValueError):  # not the main thread (a test's runner): no handler
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop
 
 
 @app.command()

@@ -17,8 +17,10 @@ from .fast_scan import load_knowledge
 from .fleet_cmd import (
     AlertmanagerOpt,
     EventsOpt,
+    ExcludeOpt,
     Fleet,
     IdleCloseOpt,
+    IncludeOpt,
     MaxSessionsOpt,
     MetricsAddrOpt,
     MetricsPortOpt,
@@ -152,6 +154,8 @@ def watch(
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "127.0.0.1",
     alertmanager: AlertmanagerOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Follow a startup log live: phases as they pass, a verdict on the first fatal line, ready, or a hang."""
     import time
@@ -165,6 +169,7 @@ def watch(
         at_least("--interval", interval, 0.01)
         at_least("--timeout", timeout, 0.001)
         fleet = Fleet(max_sessions, idle, events, False, metrics_port, metrics_addr, alertmanager, budget)
+        fleet.scope(include, exclude)
         agent = NodeAgent(glob, from_end=from_end, node=node)
         raise typer.Exit(
             fleet.run(lambda sessions, out: run_agent(agent, sessions, out, interval, timeout), engine, rules)

@@ -14,10 +14,18 @@ recognised by its own fields, so one input may mix them):
 - Loki: `logcli query --output jsonl` lines (`labels`, `line`) or a `query_range` response
   (`data.result[].stream` / `.values`, put back in time order: Loki answers newest first);
 - Kubernetes CRI log lines (`<time> stdout|stderr F|P <message>`; partial `P` lines joined);
-- any other JSON object when `--key FIELD` names the field that tells sources apart
-  (a dotted path), the message in `message`, `log`, `msg`, `line` or `body`;
-- plain text: a line of the one source `-` (an engine's own JSON log lines included: the scan
-  unwraps those itself).
+- journald (`journalctl -o json`): `MESSAGE`, the host (`_HOSTNAME`) and unit
+  (`_SYSTEMD_UNIT`, else `SYSLOG_IDENTIFIER`) as the source, `_PID` a label;
+- Docker's json-file lines (`log`, `stream`, `time`): the container from the file's path
+  (`/var/lib/docker/containers/ID/ID-json.log`), else the file;
+- any other JSON object when `--key FIELD` (several: each a part of the identity) names the
+  fields that tell sources apart (dotted paths), the message in `message`, `log`, `msg`,
+  `line`, `body` or `MESSAGE`; `host`/`hostname`/`_HOSTNAME` name the node;
+- plain text: a line of its input file (stdin: `-`, or `--source`), or of the pod and container
+  `kubectl logs --prefix` puts in brackets, or of the service `docker compose logs` puts
+  before a bar (an engine's own JSON log lines are text too: the scan unwraps those itself).
+
+A record's own time (or its collector's) comes with it, as ISO-8601 UTC.
 """
 
 from __future__ import annotations
@@ -29,7 +37,16 @@ from dataclasses import dataclass
 from typing import Any
 
 _CRI = re.compile(r"^(\d{4}-\d\d-\d\dT\S+) (stdout|stderr) ([FP]) ?(.*)$", re.DOTALL)
+# `kubectl logs --prefix`: [pod/NAME/CONTAINER] (other kinds: deployment/…, job/…)
+_KUBECTL = re.compile(
+    r"^\[(?:pod|deployment|statefulset|job|daemonset|replicaset)/([^/\]\s]+)/([^\]\s]+)\] ?(.*)$", re.DOTALL
+)
+# `docker compose logs`: SERVICE-1  | line (v1: PROJECT_SERVICE_1): the replica number is required
+_COMPOSE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*[-_]\d+)\s+\| ?(.*)$", re.DOTALL)
+_DOCKER_FILE = re.compile(r"/containers/([0-9a-f]{12,64})/\1-json\.log(?:\.\d+)?$")
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (.*)$", re.DOTALL)
 MESSAGE_KEYS = ("message", "log", "msg", "line", "body", "MESSAGE")
+NODE_KEYS = ("_HOSTNAME", "host", "hostname", "node", "node_name")
 PARTIAL_MAX = 1 << 20  # a CRI partial line joined up to this much (the scan's own line limit)
 
 
@@ -40,10 +57,13 @@ def _is_cri(text: str) -> re.Match[str] | None:
 
 @dataclass(slots=True)
 class Record:
-    source: str  # the key sessions are kept by: namespace/pod/container, or the --key value
+    source: str  # the key sessions are kept by: namespace/pod/container, or the --key values
     labels: dict[str, str]  # pod, namespace, container, node (what is known)
     lines: list[str]  # the log lines it carries (a record may carry several, or none)
-    shape: str  # vector / fluent-bit / otlp / loki / cri / keyed / text
+    shape: (
+        str  # vector / fluent-bit / otlp / loki / journald / docker / cri / kubectl / compose / keyed / text
+    )
+    time: str | None = None  # the record's (or its collector's) time, ISO-8601 UTC
 
 
 _KNOWN: dict[tuple[Any, ...], tuple[str, dict[str, str]]] = {}  # identity by its raw fields
@@ -78,6 +98,13 @@ def _text_lines(msg: Any) -> list[str]:
     if not isinstance(msg, str):
         msg = json.dumps(msg, ensure_ascii=False)
     return msg.rstrip("\r\n").split("\n") if msg else [""]
+
+
+def _journal_text(msg: Any) -> Any:
+    """journald writes a message that is not valid UTF-8 as an array of its bytes."""
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        return bytes(msg).decode("utf-8", "replace")
+    return msg
 
 
 def _dig(obj: Any, path: str) -> Any:
@@ -120,14 +147,18 @@ def _otlp_labels(attrs: dict[str, Any]) -> dict[str, str]:
 
 
 class RecordReader:
-    """Turns input lines into records; keeps the CRI partial lines of each source until whole."""
+    """Turns input lines into records; keeps the CRI partial lines of each source until whole.
+    `key`: the fields (dotted paths) whose values are a source's identity; `text_source`: the
+    name of plain text from any input (default: the input's own name)."""
 
-    def __init__(self, key: str | None = None, text_source: str = "-"):
-        self.key = key
+    def __init__(self, key: str | list[str] | None = None, text_source: str | None = None):
+        keys = [key] if isinstance(key, str) else list(key or [])
+        self.keys = [k.strip() for part in keys for k in part.split(",") if k.strip()]
         self.text_source = text_source
         self._partials: dict[str, str] = {}
 
-    def read(self, raw: str) -> Iterator[Record]:
+    def read(self, raw: str, name: str | None = None) -> Iterator[Record]:
+        """The records of one input line; `name`: the input it came from (a file, `-`)."""
         line = raw.rstrip("\r\n")
         obj: Any = None
         if line.startswith("{"):
@@ -135,8 +166,8 @@ class RecordReader:
                 obj = json.loads(line)
             except ValueError:
                 obj = None
-        shaped = self._from_json(obj) if isinstance(obj, dict) else None
-        records = list(shaped) if shaped is not None else [self._from_text(line)]
+        shaped = self._from_json(obj, name) if isinstance(obj, dict) else None
+        records = list(shaped) if shaped is not None else [self._from_text(line, name)]
         for r in records:
             yield self.joined(r)
 
@@ -149,6 +180,8 @@ class RecordReader:
             if m is None:
                 out.append(text)
                 continue
+            if r.time is None:
+                r.time = m.group(1)
             held = self._partials.pop(r.source, "")
             if m.group(3) == "P":
                 self._partials[r.source] = (held + m.group(4))[:PARTIAL_MAX]
@@ -157,15 +190,29 @@ class RecordReader:
         r.lines = out
         return r
 
-    def _from_text(self, line: str) -> Record:
-        return Record(self.text_source, {}, [line], "cri" if _is_cri(line) else "text")
+    def _text_name(self, name: str | None) -> str:
+        return self.text_source or name or "-"
 
-    def _from_json(self, obj: dict[str, Any]) -> Iterator[Record] | None:
-        if self.key is not None:
-            value = _dig(obj, self.key)
-            if value is not None:
-                msg = next((obj[k] for k in MESSAGE_KEYS if k in obj), None)
-                return iter([Record(str(value), {"key": str(value)}, _text_lines(msg), "keyed")])
+    def _from_text(self, line: str, name: str | None) -> Record:
+        first = line[:1]
+        if first == "[" and (m := _KUBECTL.match(line)):  # kubectl logs --prefix [--timestamps]
+            pod, container, rest = m.groups()
+            source, labels = _known(("k", pod, container), {"pod": pod, "container": container})
+            stamped = _RFC3339.match(rest) if rest[:2] == "20" else None
+            if stamped:
+                return Record(source, labels, [stamped.group(2)], "kubectl", stamped.group(1))
+            return Record(source, labels, [rest], "kubectl")
+        if first.isalnum() and " |" in line[:100] and (m := _COMPOSE.match(line)):
+            service, rest = m.groups()
+            source, labels = _known(("c", service), {"service": service})
+            return Record(source, labels, [rest], "compose")
+        return Record(self._text_name(name), {}, [line], "cri" if _is_cri(line) else "text")
+
+    def _from_json(self, obj: dict[str, Any], name: str | None) -> Iterator[Record] | None:
+        if self.keys:
+            keyed = self._keyed(obj)
+            if keyed is not None:
+                return iter([keyed])
         k8s = obj.get("kubernetes")
         if isinstance(k8s, dict) and ("message" in obj or "log" in obj):
             if "message" in obj:  # Vector
@@ -175,14 +222,21 @@ class RecordReader:
                     ("v", ns, pod, container, node),
                     {"namespace": ns, "pod": pod, "container": container, "node": node},
                 )
-                return iter([Record(source, labels, _text_lines(obj["message"]), "vector")])
+                return iter(
+                    [Record(source, labels, _text_lines(obj["message"]), "vector", obj.get("timestamp"))]
+                )
             ns, pod = k8s.get("namespace_name"), k8s.get("pod_name")  # Fluent Bit
             container, node = k8s.get("container_name"), k8s.get("host")
             source, labels = _known(
                 ("f", ns, pod, container, node),
                 {"namespace": ns, "pod": pod, "container": container, "node": node},
             )
-            return iter([Record(source, labels, _text_lines(obj["log"]), "fluent-bit")])
+            when = obj.get("time") or obj.get("@timestamp") or obj.get("date")
+            return iter([Record(source, labels, _text_lines(obj["log"]), "fluent-bit", when)])
+        if "MESSAGE" in obj and ("_HOSTNAME" in obj or "_SYSTEMD_UNIT" in obj or "__CURSOR" in obj):
+            return iter([self._journald(obj)])
+        if "log" in obj and "stream" in obj and "time" in obj:  # Docker's json-file driver
+            return iter([self._docker(obj, name)])
         if "resourceLogs" in obj:
             return self._otlp_request(obj)
         if "body" in obj and ("resource" in obj or "attributes" in obj):
@@ -191,13 +245,63 @@ class RecordReader:
                 {k: v for k, v in _otlp_attrs(obj.get("attributes")).items() if k.startswith("k8s.")}
             )
             labels = _otlp_labels(attrs)
-            return iter([Record(_identity(labels), labels, _text_lines(_otlp_value(obj["body"])), "otlp")])
+            when = obj.get("timeUnixNano") or obj.get("observedTimeUnixNano")
+            return iter(
+                [Record(_identity(labels), labels, _text_lines(_otlp_value(obj["body"])), "otlp", when)]
+            )
         if isinstance(obj.get("labels"), dict) and "line" in obj:  # logcli --output jsonl
             labels = self._loki_labels(obj["labels"])
-            return iter([Record(_identity(labels), labels, _text_lines(obj["line"]), "loki")])
+            return iter(
+                [Record(_identity(labels), labels, _text_lines(obj["line"]), "loki", obj.get("timestamp"))]
+            )
         if isinstance(_dig(obj, "data.result"), list):
             return self._loki_response(obj)
         return None
+
+    def _keyed(self, obj: dict[str, Any]) -> Record | None:
+        """`--key`: the values of the fields named, in order, are the source (the host first
+        when the record names one the keys do not: a unit is one per host)."""
+        values = [_dig(obj, k) for k in self.keys]
+        if all(v is None for v in values):
+            return None
+        node = next((obj[k] for k in NODE_KEYS if obj.get(k) not in (None, "")), None)
+        parts = [str(v) for v in values if v is not None]
+        labels = {
+            k.rsplit(".", 1)[-1].lstrip("_").lower(): str(v)
+            for k, v in zip(self.keys, values, strict=True)
+            if v is not None
+        }
+        if node is not None and not any(k in NODE_KEYS for k in self.keys):
+            parts.insert(0, str(node))
+        if node is not None:
+            labels["node"] = str(node)
+        labels["key"] = "/".join(parts)
+        msg = next((obj[k] for k in MESSAGE_KEYS if k in obj), None)
+        when = (
+            obj.get("__REALTIME_TIMESTAMP")
+            or obj.get("timestamp")
+            or obj.get("time")
+            or obj.get("@timestamp")
+        )
+        return Record("/".join(parts), labels, _text_lines(_journal_text(msg)), "keyed", when)
+
+    def _journald(self, obj: dict[str, Any]) -> Record:
+        host = obj.get("_HOSTNAME")
+        unit = obj.get("_SYSTEMD_UNIT") or obj.get("SYSLOG_IDENTIFIER") or obj.get("_COMM")
+        pid = obj.get("_PID")
+        source, labels = _known(("j", host, unit, pid), {"node": host, "unit": unit, "pid": pid})
+        source = "/".join(str(x) for x in (host, unit) if x) or "-"
+        lines = _text_lines(_journal_text(obj.get("MESSAGE")))
+        return Record(source, labels, lines, "journald", obj.get("__REALTIME_TIMESTAMP"))
+
+    def _docker(self, obj: dict[str, Any], name: str | None) -> Record:
+        found = _DOCKER_FILE.search(name or "")
+        if found:
+            cid = found.group(1)[:12]
+            source, labels = cid, _known(("d", cid), {"container_id": cid})[1]
+        else:
+            source, labels = self._text_name(name), {}
+        return Record(source, labels, _text_lines(obj.get("log")), "docker", obj.get("time"))
 
     def _otlp_request(self, obj: dict[str, Any]) -> Iterator[Record]:
         for rl in obj.get("resourceLogs") or []:
@@ -205,7 +309,9 @@ class RecordReader:
             records = [lr for sl in rl.get("scopeLogs") or [] for lr in sl.get("logRecords") or []]
             records.sort(key=lambda lr: int(lr.get("timeUnixNano") or lr.get("observedTimeUnixNano") or 0))
             lines = [x for lr in records for x in _text_lines(_otlp_value(lr.get("body")))]
-            yield Record(_identity(labels), labels, lines, "otlp")
+            last = records[-1] if records else {}
+            when = last.get("timeUnixNano") or last.get("observedTimeUnixNano")
+            yield Record(_identity(labels), labels, lines, "otlp", when)
 
     @staticmethod
     def _loki_labels(stream: dict[str, Any]) -> dict[str, str]:
@@ -226,4 +332,5 @@ class RecordReader:
             labels = self._loki_labels(res.get("stream") or {})
             values = [v for v in res.get("values") or [] if isinstance(v, list) and len(v) >= 2]
             values.sort(key=lambda v: int(v[0]))  # Loki answers newest first by default
-            yield Record(_identity(labels), labels, [x for v in values for x in _text_lines(v[1])], "loki")
+            lines = [x for v in values for x in _text_lines(v[1])]
+            yield Record(_identity(labels), labels, lines, "loki", values[-1][0] if values else None)

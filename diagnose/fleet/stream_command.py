@@ -24,6 +24,7 @@ from ..base.errors import InputError, say_warning
 from ..stream.session import SCHEMA, Event, Sessions
 from .node_agent import NodeAgent
 from .record_shapes import Record, RecordReader
+from .scope import Scope
 
 QUEUE_BATCHES = 64  # batches of input lines read ahead of the scan, at most
 MAX_INPUT_LINE = 1 << 20  # a longer input line keeps its head
@@ -81,12 +82,20 @@ def _open_inputs(paths: list[str]) -> list[tuple[str, IO[bytes]]]:
     return out
 
 
+@dataclass(slots=True)
+class Batch:
+    """Input lines as read, and the input they came from (a file's path, `-`)."""
+
+    name: str
+    lines: list[bytes]
+
+
 def _reader(inputs: list[tuple[str, IO[bytes]]], q: queue.Queue[Any]) -> None:
     try:
-        for _name, f in inputs:
+        for name, f in inputs:
             with f if f is not sys.stdin.buffer else contextlib.nullcontext(f):  # stdin stays open
                 for batch in _batches(f):
-                    q.put(batch)  # blocks when the scan is behind: back-pressure
+                    q.put(Batch(name, batch))  # blocks when the scan is behind: back-pressure
     except OSError as e:
         q.put(InputError(f"cannot read the input: {e.strerror or e}"))
     finally:
@@ -127,13 +136,15 @@ class Output:
     summary: bool = False
     out: IO[str] | None = None
     sinks: Iterable[Callable[[Event, int], None]] = ()
+    scope: Scope | None = None  # --include / --exclude
+    stop: threading.Event | None = None  # set by SIGTERM: the verdicts held are flushed, then the end
 
 
 def run_stream(
     inputs: list[str],
     sessions: Sessions,
-    key: str | None = None,
-    text_source: str = "-",
+    key: str | list[str] | None = None,
+    text_source: str | None = None,
     output: Output | None = None,
 ) -> int:
     """Read every input to its end; exit code 1 when a source failed, else 0."""
@@ -169,8 +180,8 @@ def run_agent(
 
 def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, output: Output) -> int:
     """The main loop: records in, events out; a tick a second whether input comes or not.
-    Queue items: a batch of input lines (bytes), a Record, ("close", source), ("warn", text),
-    an InputError, _END."""
+    Queue items: a Batch of input lines, a Record, ("close", source), ("warn", text), an
+    InputError, _END."""
     out = output.out or sys.stdout
     only = output.only
     sinks = list(output.sinks)
@@ -191,7 +202,8 @@ def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, outpu
             out.flush()
 
     last_tick = time.monotonic()
-    while True:
+    stop = output.stop
+    while stop is None or not stop.is_set():
         try:
             item = q.get(timeout=TICK_S)
         except queue.Empty:
@@ -215,11 +227,15 @@ def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, outpu
         if isinstance(item, Record):
             records: Iterable[Record] = [reader.joined(item)]
         else:
-            records = (rec for raw in item for rec in reader.read(raw.decode("utf-8", "replace")))
+            name = item.name
+            records = (rec for raw in item.lines for rec in reader.read(raw.decode("utf-8", "replace"), name))
         feed = sessions.feed_line
+        scope = output.scope if output.scope is not None and not output.scope.everything else None
         for rec in records:
+            if scope is not None and not scope.follows(rec.source, rec.labels):
+                continue
             for line in rec.lines:
-                events = feed(rec.source, line, rec.labels)
+                events = feed(rec.source, line, rec.labels, rec.time)
                 if events:
                     emit(events)
     emit(sessions.close_all())

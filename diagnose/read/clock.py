@@ -50,3 +50,28 @@ def _civil_seconds(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | 
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     days = era * 146097 + doe - 719468
     return float(days * 86400 + h * 3600 + mi * 60 + s)
+
+
+def utc_time(raw: str | int | None) -> str | None:
+    """A record's time as ISO-8601 UTC ("…Z"): RFC 3339 text, or an epoch count of seconds,
+    milliseconds, microseconds (journald) or nanoseconds (OTLP, Loki) told by its digits.
+    Worked out only for the records an event names (cheap input stays cheap)."""
+    import datetime as dt
+
+    if raw is None or raw == "":
+        return None
+    text = str(raw).strip()
+    try:
+        if text.isdigit():
+            n = int(text)
+            scale = 1e9 if len(text) >= 18 else 1e6 if len(text) >= 15 else 1e3 if len(text) >= 12 else 1.0
+            when = dt.datetime.fromtimestamp(n / scale, dt.UTC)
+        else:
+            m = re.match(r"^(.*?T\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:?\d\d)?$", text)
+            if not m:
+                return None
+            frac = (m.group(2) or "")[:7]  # microseconds at most
+            when = dt.datetime.fromisoformat(m.group(1) + frac + (m.group(3) or "Z").replace("Z", "+00:00"))
+        return when.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return None

@@ -39,6 +39,9 @@ CAUSE_GRACE_S = 2.0
 MAX_LINE = 1 << 20  # a longer line keeps its head (the scan's own limit)
 
 EVENT_KINDS = ("phase", "finding", "ready", "failed", "stopped", "hang", "closed")
+NOT_A_SERVER = "not_inference_server"  # status of a source no engine was detected in (fleet scope)
+# what any program can print: without an engine's own line, these say nothing of a server
+_ANY_PROGRAM = ("unknown_error", "request")
 
 
 @dataclass(slots=True)
@@ -50,7 +53,8 @@ class Event:
     status: str  # the diagnosis's status after the change: failed / degraded / ready / incomplete
     phase: str | None  # the last startup phase reached
     line: int | None = None  # the line that made the change
-    time: str | None = None  # the log's own time of that line
+    time: str | None = None  # the log's own time of that line, as printed (no year or zone, often)
+    at: str | None = None  # that line's record (or collector) time, ISO-8601 UTC, when it had one
     finding: dict[str, Any] | None = None  # the primary finding (class, rule, oom_phase, evidence…)
     change: dict[str, Any] | None = None  # the next change to make (param, flag, from, to, why)
     labels: dict[str, str] = field(default_factory=dict)  # the source's identity (pod, node, …)
@@ -65,7 +69,8 @@ class Event:
             "status": self.status,
             "phase": self.phase,
             "line": self.line,
-            "time": self.time,
+            "time": self.at,
+            "log_time": self.time,
             "finding": self.finding,
             "change": self.change,
         }
@@ -99,8 +104,12 @@ class StreamSession:
         labels: dict[str, str] | None = None,
         budgets: dict[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        scoped: bool = False,
     ):
         self.source = source
+        # a fleet's sources are any containers: one that never printed an engine's line fails
+        # only of what is a server's own (memory, GPUs, ports), not of any program's traceback
+        self.scoped = scoped
         self.know = know
         self.engine = engine
         self.labels = dict(labels or {})
@@ -123,6 +132,8 @@ class StreamSession:
         self._progress_at = self.last_active
         self._hang_told: str | None = None
         self._final: Diagnosis | None = None
+        self._fed = 0  # lines fed so far (the scanner numbers them the same way)
+        self._times: list[tuple[int, str | int]] = []  # (first line, record time) where it changed
 
     # --- input ---------------------------------------------------------------------------
 
@@ -138,18 +149,44 @@ class StreamSession:
         if cut < 0:
             self._partial = (self._partial + raw)[:MAX_LINE]
             return []
+        self._fed += raw.count(b"\n")
         whole = self._partial + raw[: cut + 1]
         self._partial = raw[cut + 1 :]
         return self._queue(whole)
 
-    def feed_line(self, line: str | bytes) -> list[Event]:
-        """One whole line (its newline optional)."""
+    def feed_line(self, line: str | bytes, at: str | int | None = None) -> list[Event]:
+        """One whole line (its newline optional); `at`: its record's time (RFC 3339 text or an
+        epoch count), which events about it carry as ISO-8601 UTC."""
+        if at is not None and (not self._times or self._times[-1][1] != at):
+            self._mark_time(at)
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if self._partial or self.closed or b"\n" in raw:
             return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
         # the common case, without feed()'s cutting: one line, nothing pending before it
         self.last_active = self.clock()
+        self._fed += 1
         return self._queue(raw, b"\n")
+
+    def _mark_time(self, at: str | int) -> None:
+        """The record time from the next line on; bounded: beyond 4,096 changes every other one
+        is dropped (a line's time is then its neighbour's, seconds apart at most)."""
+        times = self._times
+        times.append((self._fed + 1, at))
+        if len(times) > 4096:
+            self._times = times[::2] + ([times[-1]] if len(times) % 2 == 0 else [])
+
+    def record_time(self, line: int | None) -> str | None:
+        """The record time of a line, ISO-8601 UTC (None when its records carried none)."""
+        from bisect import bisect_right
+
+        from ..read.clock import utc_time
+
+        if not self._times:
+            return None
+        if line is None:
+            return utc_time(self._times[-1][1])
+        i = bisect_right(self._times, line, key=lambda t: t[0])
+        return utc_time(self._times[i - 1][1]) if i else None
 
     def _queue(self, whole: bytes, newline: bytes = b"") -> list[Event]:
         """Whole lines to scan with the next block (`newline`: the one a single line lacks, kept
@@ -231,15 +268,30 @@ class StreamSession:
 
     # --- events ----------------------------------------------------------------------------
 
-    def _event(self, kind: str, d: Diagnosis, line: int | None = None, time_: str | None = None) -> Event:
+    def out_of_scope(self, d: Diagnosis) -> bool:
+        """Scoped: no engine's line was seen, and what failed is what any program prints."""
         p = d.primary
+        return (
+            self.scoped
+            and self.engine is None
+            and p is not None
+            and p.cls in _ANY_PROGRAM
+            and not any(v > 0 for v in self.scanner.server.engine_scores.values())
+        )
+
+    def _event(self, kind: str, d: Diagnosis, line: int | None = None, time_: str | None = None) -> Event:
+        if self.out_of_scope(d):
+            return Event(kind, self.source, NOT_A_SERVER, d.last_phase, line, labels=self.labels, diagnosis=d)
+        p = d.primary
+        line = line if line is not None else (p.line if p else None)
         return Event(
             kind=kind,
             source=self.source,
             status=d.status,
             phase=d.last_phase,
-            line=line if line is not None else (p.line if p else None),
+            line=line,
             time=time_ if time_ is not None else (p.time if p else None),
+            at=self.record_time(line),
             finding=_finding_json(d),
             change=d.advice[0].to_json() if d.advice else None,
             labels=self.labels,
@@ -260,7 +312,16 @@ class StreamSession:
             self._progress_at = now
             self._hang_told = None
         events = [
-            Event("phase", self.source, self._told[0], m.phase, m.line, m.time, labels=self.labels)
+            Event(
+                "phase",
+                self.source,
+                self._told[0],
+                m.phase,
+                m.line,
+                m.time,
+                self.record_time(m.line),
+                labels=self.labels,
+            )
             for m in new_phases
         ]
         self._phases_told = len(timeline)
@@ -276,6 +337,8 @@ class StreamSession:
         return events
 
     def _verdicts(self, d: Diagnosis, now: float, final: bool) -> list[Event]:
+        if self.out_of_scope(d):
+            return []  # its closing event says what it is
         p = d.primary
         state = (d.status, p.rule if p else None, p.line if p else None)
         if d.status == "failed":
@@ -334,6 +397,7 @@ class Sessions:
         budgets: dict[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         hold_s: float = 0.0,
+        scoped: bool = False,
     ):
         if know is None:
             know = Knowledge.load(None)
@@ -346,6 +410,7 @@ class Sessions:
         self.budgets = budgets
         self.clock = clock
         self.hold_s = hold_s  # see StreamSession.tick
+        self.scoped = scoped  # see StreamSession.out_of_scope
         self._open: dict[str, StreamSession] = {}  # by source (each knows when it was last fed)
         self.evicted = 0
 
@@ -372,7 +437,7 @@ class Sessions:
                 events += self._open.pop(oldest).close()
                 self.evicted += 1
             s = self._open[source] = StreamSession(
-                source, self.know, self.engine, labels, self.budgets, self.clock
+                source, self.know, self.engine, labels, self.budgets, self.clock, self.scoped
             )
         elif labels and labels is not s.labels_given:
             s.labels.update(labels)
@@ -384,12 +449,19 @@ class Sessions:
         s, events = self.open(source, labels)
         return events + s.feed(data)
 
-    def feed_line(self, source: str, line: str | bytes, labels: dict[str, str] | None = None) -> list[Event]:
+    def feed_line(
+        self,
+        source: str,
+        line: str | bytes,
+        labels: dict[str, str] | None = None,
+        at: str | int | None = None,
+    ) -> list[Event]:
+        """One line of a source; `at`: its record's time (see StreamSession.feed_line)."""
         s = self._open.get(source)
         if s is not None and (not labels or labels is s.labels_given):  # an open source, as it was
-            return s.feed_line(line)
+            return s.feed_line(line, at)
         s, events = self.open(source, labels)
-        return events + s.feed_line(line)
+        return events + s.feed_line(line, at)
 
     def close(self, source: str) -> list[Event]:
         s = self._open.pop(source, None)
