@@ -64,10 +64,20 @@ def _records(pod: str, log: Path = OOM_LOG) -> bytes:
 
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
+    yield from _alertmanager(tmp_path, "")
+
+
+@pytest.fixture
+def alertmanager_15s(tmp_path: Path) -> Iterator[str]:
+    """Alertmanager resolving an alert 15 s after its last post when it names no endsAt."""
+    yield from _alertmanager(tmp_path, "global:\n  resolve_timeout: 15s\n")
+
+
+def _alertmanager(tmp_path: Path, head: str) -> Iterator[str]:
     exe = _need(ALERTMANAGER, "prometheus-alertmanager")
     port = _free_port()
     cfg = tmp_path / "alertmanager.yml"
-    cfg.write_text('route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
+    cfg.write_text(head + 'route:\n  receiver: "null"\nreceivers:\n  - name: "null"\n')
     p = subprocess.Popen(
         [
             exe,
@@ -107,6 +117,68 @@ def test_a_failure_posted_to_alertmanager_is_read_back(cli, alertmanager: str) -
     assert a["status"]["state"] == "active"
 
 
+def _state(alertmanager: str, pod: str) -> str | None:
+    """The alert of this pod as Alertmanager has it now: active, or None (resolved or never)."""
+    alerts = httpx.get(alertmanager + "/api/v2/alerts", params={"active": "true"}, timeout=5).json()
+    mine = [a for a in alerts if a["labels"].get("pod") == pod and a["status"]["state"] == "active"]
+    return "active" if mine else None
+
+
+def test_a_firing_alert_stays_active_while_the_server_is_down_and_resolves_when_ready(
+    cli, alertmanager_15s: str
+) -> None:
+    """resolve_timeout 15 s: the failed pod's alert is still active after 60 s of silence (a
+    crashed pod says nothing more), and resolved within 15 s of the restarted pod's ready."""
+    stream = subprocess.Popen(
+        [
+            *cli,
+            "stream",
+            "--events",
+            "failed,ready",
+            "--alertmanager",
+            alertmanager_15s,
+            "--alert-repost",
+            "5",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        assert stream.stdin is not None
+        stream.stdin.write(_records("vllm-7"))
+        stream.stdin.flush()
+        deadline = time.monotonic() + 30
+        while _state(alertmanager_15s, "vllm-7") is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        fired = time.monotonic()
+        assert _state(alertmanager_15s, "vllm-7") == "active", "never fired"
+        labels = next(
+            a["labels"]
+            for a in httpx.get(alertmanager_15s + "/api/v2/alerts", timeout=5).json()
+            if a["labels"].get("pod") == "vllm-7"
+        )
+        assert labels["severity"] == "critical" and labels["class"] == "kv_cache_too_small"
+        while time.monotonic() - fired < 60:
+            time.sleep(5)
+            assert _state(alertmanager_15s, "vllm-7") == "active", (
+                f"resolved after {time.monotonic() - fired:.0f} s"
+            )
+        # the pod restarts and its new run reaches ready
+        stream.stdin.write(_records("vllm-7", FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"))
+        stream.stdin.flush()
+        ready = time.monotonic()
+        while _state(alertmanager_15s, "vllm-7") == "active" and time.monotonic() - ready < 20:
+            time.sleep(0.5)
+        assert _state(alertmanager_15s, "vllm-7") is None
+        assert time.monotonic() - ready <= 15
+    finally:
+        if stream.stdin is not None:
+            stream.stdin.close()
+        stream.wait(30)
+
+
 def test_an_unreachable_alertmanager_is_one_warning_not_a_crash(cli) -> None:
     port = _free_port()  # nothing listens there
     r = subprocess.run(
@@ -123,7 +195,7 @@ def test_prometheus_scrapes_the_stream_and_the_series_read_back(cli, tmp_path: P
     exe = _need(PROMETHEUS, "prometheus")
     metrics_port, prom_port = _free_port(), _free_port()
     stream = subprocess.Popen(
-        [*cli, "stream", "--events", "failed", "--metrics-port", str(metrics_port)],
+        [*cli, "stream", "--events", "failed,closed", "--idle", "3", "--metrics-port", str(metrics_port)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -165,6 +237,21 @@ def test_prometheus_scrapes_the_stream_and_the_series_read_back(cli, tmp_path: P
             api, params={"query": 'diagnose_findings_total{class="kv_cache_too_small"}'}, timeout=5
         ).json()
         assert res["data"]["result"] and res["data"]["result"][0]["metric"]["oom_phase"] == "startup"
+        assert series["class"] == "kv_cache_too_small"
+        # --idle closes the quiet source: a crashed pod goes quiet, its series must stay
+        time.sleep(8)
+        closed = json.loads(stream.stdout.readline()) if stream.stdout else {}
+        assert closed.get("event") in ("failed", "closed")
+        res = httpx.get(api, params={"query": 'diagnose_source_status{status="failed"}'}, timeout=5).json()
+        assert res["data"]["result"], "the failed source's series went with --idle"
+
+        def query(q: str) -> list:  # type: ignore[type-arg]
+            return httpx.get(api, params={"query": q}, timeout=5).json()["data"]["result"]
+
+        assert query("diagnose_build_info")[0]["metric"]["version"]
+        assert query('{__name__=~"diagnose_.*_created"}') == []  # no `_created` series
+        exposed = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert '=""' not in exposed  # no empty label (PromQL cannot tell one from a missing label)
     finally:
         prom.terminate()
         if stream.stdin is not None:

@@ -36,6 +36,13 @@ MetricsPortOpt = Annotated[
 MetricsAddrOpt = Annotated[
     str, typer.Option("--metrics-addr", help="The address to serve them on (0.0.0.0: every interface).")
 ]
+AlertRepostOpt = Annotated[
+    float,
+    typer.Option(
+        "--alert-repost",
+        help="Re-post firing alerts every S seconds (endsAt 3×S ahead), well inside Alertmanager's resolve_timeout.",
+    ),
+]
 IncludeOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -79,6 +86,7 @@ def stream(
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "127.0.0.1",
     alertmanager: AlertmanagerOpt = None,
+    alert_repost: AlertRepostOpt = 60.0,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
     budget: BudgetOpt = None,
@@ -89,7 +97,7 @@ def stream(
     from ..fleet.stream_command import run_stream
 
     fleet = Fleet(max_sessions, idle, events, summary, metrics_port, metrics_addr, alertmanager, budget)
-    fleet.scope(include, exclude)
+    fleet.scope(include, exclude, alert_repost)
     raise typer.Exit(
         fleet.run(
             lambda sessions, out: run_stream(inputs or ["-"], sessions, key, source, out), engine, rules
@@ -126,10 +134,13 @@ class Fleet:
         self.max_sessions, self.idle, self.summary = max_sessions, idle, summary
         self.metrics_port, self.metrics_addr, self.alertmanager = metrics_port, metrics_addr, alertmanager
 
-    def scope(self, include: list[str] | None, exclude: list[str] | None) -> None:
+    def scope(self, include: list[str] | None, exclude: list[str] | None, alert_repost: float = 60.0) -> None:
+        """What the fleet follows (--include/--exclude) and how often firing alerts are re-posted."""
         from ..fleet.scope import Scope
 
+        at_least("--alert-repost", alert_repost, 1)
         self._scope = Scope(list(include or []), list(exclude or []))
+        self._repost = alert_repost
 
     def run(self, body, engine, rules) -> int:  # type: ignore[no-untyped-def]
         """`body(sessions, output)` with the sinks running; problems posting said at the end."""
@@ -161,7 +172,7 @@ class Fleet:
         if self.alertmanager is not None:
             from ..fleet.alerts import AlertPoster
 
-            poster = AlertPoster(self.alertmanager)
+            poster = AlertPoster(self.alertmanager, getattr(self, "_repost", 60.0))
             sinks.append(lambda e, _n: poster.take(e))
         try:
             output = Output(self.only, self.summary, sinks=sinks, scope=getattr(self, "_scope", None))

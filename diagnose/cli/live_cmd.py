@@ -16,6 +16,7 @@ from .app import BudgetOpt, EngineOpt, RulesOpt, app, at_least, make_console
 from .fast_scan import load_knowledge
 from .fleet_cmd import (
     AlertmanagerOpt,
+    AlertRepostOpt,
     EventsOpt,
     ExcludeOpt,
     Fleet,
@@ -154,6 +155,7 @@ def watch(
     metrics_port: MetricsPortOpt = None,
     metrics_addr: MetricsAddrOpt = "127.0.0.1",
     alertmanager: AlertmanagerOpt = None,
+    alert_repost: AlertRepostOpt = 60.0,
     include: IncludeOpt = None,
     exclude: ExcludeOpt = None,
 ) -> None:
@@ -169,7 +171,7 @@ def watch(
         at_least("--interval", interval, 0.01)
         at_least("--timeout", timeout, 0.001)
         fleet = Fleet(max_sessions, idle, events, False, metrics_port, metrics_addr, alertmanager, budget)
-        fleet.scope(include, exclude)
+        fleet.scope(include, exclude, alert_repost)
         agent = NodeAgent(glob, from_end=from_end, node=node)
         raise typer.Exit(
             fleet.run(lambda sessions, out: run_agent(agent, sessions, out, interval, timeout), engine, rules)

@@ -221,8 +221,8 @@ def consume(q: queue.Queue[Any], sessions: Sessions, reader: RecordReader, outpu
         if isinstance(item, tuple):
             if item[0] == "warn":
                 say_warning(item[1])
-            else:
-                emit(sessions.close(item[1]))
+            else:  # the node agent: the source's file was removed
+                emit(sessions.close(item[1], gone=True))
             continue
         if isinstance(item, Record):
             records: Iterable[Record] = [reader.joined(item)]

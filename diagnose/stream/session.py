@@ -59,6 +59,7 @@ class Event:
     change: dict[str, Any] | None = None  # the next change to make (param, flag, from, to, why)
     labels: dict[str, str] = field(default_factory=dict)  # the source's identity (pod, node, …)
     diagnosis: Diagnosis | None = None  # the whole diagnosis (not in the JSON line)
+    gone: bool = False  # closed because the source itself is gone (its file removed), not quiet
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -463,9 +464,14 @@ class Sessions:
         s, events = self.open(source, labels)
         return events + s.feed_line(line, at)
 
-    def close(self, source: str) -> list[Event]:
+    def close(self, source: str, gone: bool = False) -> list[Event]:
+        """The source's final events; `gone`: it ended because it no longer exists (a deleted
+        pod's file), which lets its failure's alert and series go too."""
         s = self._open.pop(source, None)
-        return s.close() if s is not None else []
+        events = s.close() if s is not None else []
+        for e in events:
+            e.gone = gone
+        return events
 
     def tick(self) -> list[Event]:
         """Scan what every session holds; close the idle ones (see `expire`)."""
