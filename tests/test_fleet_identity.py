@@ -248,3 +248,14 @@ def test_sigterm_flushes_the_verdicts_held(cli) -> None:
     closed = [json.loads(x) for x in out.decode().splitlines()]
     assert [c["source"] for c in closed] == ["-"] and closed[0]["status"] == "failed", err
     assert p.returncode == 1 and b"Traceback" not in err
+
+
+def test_the_node_agent_names_a_docker_container_by_its_id() -> None:
+    from diagnose.fleet.node_agent import identity
+
+    cid = "3f4e" * 16
+    assert identity(f"/var/lib/docker/containers/{cid}/{cid}-json.log", "gpu-1") == (
+        cid[:12],
+        {"container_id": cid[:12], "node": "gpu-1"},
+    )
+    assert identity(f"/var/lib/docker/containers/{cid}/{cid}-json.log.1")[0] == cid[:12]

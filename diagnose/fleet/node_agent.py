@@ -29,13 +29,19 @@ LINE_MAX = 1 << 20
 _POD_DIR = re.compile(r"/(?P<ns>[^/_]+)_(?P<pod>[^/_]+)_[0-9a-f-]{8,}/(?P<container>[^/]+)/\d+\.log$")
 # /var/log/containers/<pod>_<namespace>_<container>-<container id>.log
 _CONTAINERS = re.compile(r"/(?P<pod>[^/_]+)_(?P<ns>[^/_]+)_(?P<container>.+)-[0-9a-f]{64}\.log$")
+# Docker's json-file driver: /var/lib/docker/containers/<id>/<id>-json.log (rotated: .1, .2…)
+_DOCKER = re.compile(r"/containers/(?P<id>[0-9a-f]{12,64})/(?P=id)-json\.log(?:\.\d+)?$")
 
 
 def identity(path: str, node: str = "") -> tuple[str, dict[str, str]]:
     """The session key and labels of a log file: namespace/pod/container when the path is the
-    kubelet's, else the path itself."""
+    kubelet's, the container's id when it is Docker's json-file, else the path itself."""
     m = _POD_DIR.search(path) or _CONTAINERS.search(path)
     if m is None:
+        docker = _DOCKER.search(path)
+        if docker is not None:  # a container of Docker's own: its id (the scan unwraps its JSON lines)
+            cid = docker["id"][:12]
+            return cid, {"container_id": cid, **({"node": node} if node else {})}
         return path, ({"node": node} if node else {})
     labels = {"namespace": m["ns"], "pod": m["pod"], "container": m["container"]}
     if node:
