@@ -37,8 +37,27 @@ def main() -> NoReturn:
     sys.exit(0)
 
 
+DISTRIBUTION = "diagnose-llm"  # the name it is installed by (PyPI's `diagnose` is another project)
+
+
+def version_line() -> str:
+    from . import __version__
+
+    return f"{DISTRIBUTION} {__version__} (python {sys.version.split()[0]})"
+
+
 def _route() -> None:
     argv = sys.argv[1:]
+    if argv in (["--version"], ["-V"]):
+        print(version_line())
+        return
+    if argv in (["--version", "--json"], ["--json", "--version"]):
+        import json
+
+        from . import __version__
+
+        print(json.dumps({"name": DISTRIBUTION, "version": __version__, "python": sys.version.split()[0]}))
+        return
     if argv[:1] == ["scan"] or (argv[:1] and argv[0].startswith("--")):
         # `… | diagnose --json` is `diagnose scan --json -`: no command means scan
         from .cli.fast_scan import SCAN_OPTIONS, read_scan_argv, run_scan

@@ -20,7 +20,7 @@ import pytest
 from .conftest import FIXTURES, run
 
 pytest.importorskip(
-    "kubernetes", reason="the kubernetes client is the k8s extra (pip install 'diagnose[k8s]')"
+    "kubernetes", reason="the kubernetes client is the k8s extra (pip install 'diagnose-llm[k8s]')"
 )
 
 LOGS = FIXTURES / "logs"

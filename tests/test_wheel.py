@@ -24,7 +24,7 @@ def wheel(tmp_path_factory):
     )
     if p.returncode != 0:
         pytest.fail(f"wheel build failed: {p.stderr[-2000:]}")
-    return next(out.glob("diagnose-*.whl"))
+    return next(out.glob("diagnose_llm-*.whl"))
 
 
 def test_wheel_contains_rules(wheel):

@@ -77,7 +77,9 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     try:
         from kubernetes import client, config
     except ImportError:
-        raise InputError("diagnose k8s needs the kubernetes client: pip install 'diagnose[k8s]'") from None
+        raise InputError(
+            "diagnose k8s needs the kubernetes client: pip install 'diagnose-llm[k8s]'"
+        ) from None
     try:
         if kubeconfig is None and context is None:
             try:

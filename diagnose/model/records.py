@@ -250,10 +250,15 @@ class Diagnosis:
     lines_read: int = 0
     unmatched_errors: int = 0
     serving: Any = None  # serving.Serving: the stats lines' series and verdict, when the log has them
+    # how long the (last) startup and each phase took by the log's own timestamps (pipeline.durations)
+    durations: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
+        from .. import __version__
+
         return {
             "schema": 1,
+            "diagnose_version": __version__,
             "source": self.source,
             "engine": self.engine.to_json(),
             "status": self.status,
@@ -266,4 +271,5 @@ class Diagnosis:
             "advice": [c.to_json() for c in self.advice],
             "kb": self.kb,
             "serving": self.serving.to_json() if self.serving is not None else None,
+            "durations": self.durations,
         }

@@ -68,6 +68,11 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
         out += ["| phase | line | time |", "|---|---|---|"]
         out += [f"| {PHASE_LABEL.get(m.phase, m.phase)} | {m.line} | {m.time or ''} |" for m in d.timeline]
         out += [""]
+        from ..pipeline.durations import said
+
+        took = said(d.durations)
+        if took:
+            out += [f"**Startup:** {took}", ""]
     if d.serving is not None:
         out += [f"**Serving:** {serving_headline(d.serving)} — {d.serving.why}", ""]
         if d.serving.next_step:

@@ -162,6 +162,11 @@ def _timeline_text(out: StyledLines, d: Diagnosis) -> None:
         segs.append((label, style))
         segs.append((f" {line}", style or "dim"))
     out.add(*segs)
+    from ..pipeline.durations import said
+
+    took = said(d.durations)
+    if took:
+        out.add(("  took      ", "bold"), (took, "dim"))
 
 
 def _advice_text(out: StyledLines, d: Diagnosis) -> None:

@@ -319,6 +319,8 @@ def host_ports(f: Finding, result: ScanResult, profiles: Profiles, engine: str) 
 
 
 def conclude(a: Advised) -> Diagnosis:
+    from .durations import durations
+
     t = a.triaged
     found, ev = t.found, t.found.evidence
     return Diagnosis(
@@ -335,6 +337,7 @@ def conclude(a: Advised) -> Diagnosis:
         lines_read=ev.result.lines,
         unmatched_errors=ev.result.unmatched_errors,
         serving=found.serving,
+        durations=durations(ev.result.timeline),
     )
 
 
