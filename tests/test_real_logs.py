@@ -106,3 +106,34 @@ def test_known_misses_exist():
     """Every name on the known-miss list is a log in the corpus (no stale entries)."""
     names = {p.parent.name for p in CASES}
     assert not set(KNOWN_MISSES) - names
+
+
+# excerpts in which no engine printed a line of its own (one error line, NCCL's debug, a
+# registry message SGLang copied from vLLM): the thread says the engine, not the log
+ENGINE_NOT_IN_LOG = {
+    "sglang-009-runtime-port-10000-errno98",
+    "sglang-010-glm4-arch-not-supported",
+    "sglang-013-runtime-oom-long-context-prefill",
+    "sglang-022-stuck-graph-capture-two-nodes-nccl-debug",
+    "tgi-006-nccl-watchdog-allreduce-timeout",
+    "vllm-054-oom-runtime-qwen3vl-4b-rtx3090-no-chunked-prefill",
+}
+
+
+@pytest.mark.skipif(not CASES, reason="../shared/real-logs is absent")
+def test_every_real_log_is_given_its_own_engine(know):  # type: ignore[no-untyped-def]
+    """An engine's own line (SGLang's ServerArgs, vLLM's server modules, Ollama's lib/ollama
+    backends) outranks the lines of what it imports (vLLM's platform detection and frames in
+    SGLang; llama.cpp's loader in Ollama): no log gets another engine than its label's."""
+    from diagnose.pipeline.scan import scan_paths
+
+    wrong, generic = [], []
+    for label in CASES:
+        want = yaml.safe_load(label.read_text()).get("engine")
+        got = scan_paths([str(label.parent / "log.txt")], know).engine.name
+        if got == "generic" and want != "generic":
+            generic.append(label.parent.name)
+        elif want and got != want:
+            wrong.append((label.parent.name, want, got))
+    assert wrong == []
+    assert set(generic) == ENGINE_NOT_IN_LOG

@@ -90,6 +90,9 @@ class Marker:
     kind: str | None = None  # launch parser kind
     repeat: bool = False  # observe: printed again and again (stats); the latest wins
     library: bool = False  # a runtime library's own line (NCCL, c10d): its phase in every engine
+    # detect: a line only the engine's own entry point prints (its args dump, its version banner),
+    # never a module another engine imports: it outranks any number of imported modules' lines
+    own: bool = False
     path: str = ""
     shipped: bool = False  # from the package's own profiles: runs on `re` (patterns.py)
 
@@ -215,6 +218,7 @@ def _marker(
         weight=int(raw.get("weight", 1)),
         repeat=bool(raw.get("repeat", False)),
         library=bool(raw.get("library", False)),
+        own=bool(raw.get("own", False)),
         variant=raw.get("variant"),
         kind=kind,
         path=path,

@@ -134,6 +134,7 @@ def marker_schema(what: str, phases: tuple[str, ...], launch_kinds: list[str]) -
         "why": {"type": ["string", "null"]},
         "repeat": {"type": "boolean", "x-problem": "must be true or false"},
         "library": {"type": "boolean", "x-problem": "must be true or false"},
+        "own": {"type": "boolean", "x-problem": "must be true or false"},
     }
     required = ["needles", "pattern", "examples"]
     if what == "phases":

@@ -35,6 +35,7 @@ class ServerState:
         self.forced_engine = forced_engine
         # the engine
         self.engine_scores: dict[str, int] = defaultdict(int)
+        self.own_engines: set[str] = set()  # engines whose own entry point's line was seen
         self.engine_reason: dict[str, str] = {}
         self._reason_weight: dict[str, int] = {}
         self.variant_scores: dict[str, int] = defaultdict(int)
@@ -61,14 +62,24 @@ class ServerState:
             return self.forced_engine
         if not self.engine_scores:
             return None
-        best = max(self.engine_scores.items(), key=lambda kv: kv[1])
+        best = max(self._contenders().items(), key=lambda kv: kv[1])
         return best[0] if best[1] >= ENGINE_MIN_SCORE else None
 
-    def evidence(self, engine: str, weight: int, line: Line) -> None:
+    def _contenders(self) -> dict[str, int]:
+        """The engines that can be the server: those whose own entry point spoke, when one did
+        (SGLang imports vLLM's platform detection and prints vLLM's frames; its ServerArgs is
+        its own), else every engine with evidence."""
+        own = self.own_engines
+        return {e: v for e, v in self.engine_scores.items() if e in own} if own else self.engine_scores
+
+    def evidence(self, engine: str, weight: int, line: Line, own: bool = False) -> None:
         self.engine_scores[engine] += weight
+        first_own = own and engine not in self.own_engines
+        if first_own:
+            self.own_engines.add(engine)
         self._maybe_decide_engine()
-        if weight > self._reason_weight.get(engine, 0):
-            # the strongest evidence seen names the engine in the report
+        # the report names the engine by its own line, else by the strongest evidence seen
+        if first_own or (engine not in self.own_engines and weight > self._reason_weight.get(engine, 0)):
             self._reason_weight[engine] = weight
             shown = (line.message.strip() or line.text.strip())[:120]
             self.engine_reason[engine] = f"{line.source}:{line.number}: {shown}"
@@ -76,7 +87,7 @@ class ServerState:
     def _maybe_decide_engine(self) -> None:
         if self.forced_engine:
             return
-        ranked = sorted(self.engine_scores.values(), reverse=True)
+        ranked = sorted(self._contenders().values(), reverse=True)
         if (
             ranked[0] >= ENGINE_DECIDED
             and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2
@@ -100,7 +111,7 @@ class ServerState:
         what = mk.what
         if what == "detect":
             if mk.search(line.text):
-                self.evidence(mk.engine, mk.weight, line)
+                self.evidence(mk.engine, mk.weight, line, mk.own)
             return None
         # generic observations (CUDA_VISIBLE_DEVICES) and runtime libraries' lines (NCCL): any engine
         shared = mk.engine == "generic" and (what == "observe" or mk.library)
@@ -224,7 +235,7 @@ class ServerState:
         return {
             "timeline": list(self.timeline),
             "earlier_runs": self.run,
-            "engine_scores": dict(self.engine_scores),
+            "engine_scores": dict(self._contenders()),  # an engine's own line outranks imported ones
             "engine_reason": self.engine_reason,
             "variant_scores": dict(self.variant_scores),
             "version": self.version,
