@@ -302,24 +302,60 @@ class RedactingWriter:
     def __init__(self, stream: Any):
         self._stream = stream
         self._partial = ""
+        self._encoding = _narrow_encoding(stream)  # a console that cannot print ✓ → ASCII
+
+    def _out(self, text: str) -> None:
+        if self._encoding is not None:
+            text = as_ascii(text, self._encoding)
+        self._stream.write(text)
 
     def write(self, text: str) -> int:
         if SHOWN[0]:
-            return int(self._stream.write(text))
+            self._out(text)
+            return len(text)
         data = self._partial + text
         cut = data.rfind("\n")
         if cut < 0:
             self._partial = data
             return len(text)
         self._partial = data[cut + 1 :]
-        self._stream.write(_redact_lines(data[: cut + 1]))
+        self._out(_redact_lines(data[: cut + 1]))
         return len(text)
 
     def flush(self) -> None:
         if self._partial:
             part, self._partial = self._partial, ""
-            self._stream.write(part if SHOWN[0] else redact(part))
+            self._out(part if SHOWN[0] else redact(part))
         self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+# what the output's symbols read as where the console is ASCII (PYTHONIOENCODING=ascii, a
+# C locale, some Windows consoles): the meaning kept, never an encoding error
+_ASCII = str.maketrans(
+    {
+        "✓": "OK", "✗": "X", "→": "->", "←": "<-", "…": "...", "·": "-", "×": "x", "—": "-",
+        "–": "-", "≤": "<=", "≥": ">=", "≈": "~", "│": "|", "─": "-", "█": "#", "⚠": "!",
+        "≠": "!=", "’": "'", "‘": "'", "“": '"', "”": '"', "•": "*", "±": "+/-", "▁": "_",
+    }
+)  # fmt: skip
+
+
+def _narrow_encoding(stream: Any) -> str | None:
+    """The stream's encoding when it cannot carry the output's symbols (None: it can)."""
+    enc = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        "✓✗→…·".encode(enc)
+        return None
+    except (UnicodeEncodeError, LookupError):
+        return enc
+
+
+def as_ascii(text: str, encoding: str = "ascii") -> str:
+    """The text in what `encoding` can print: the symbols spelled out, anything else a `?`."""
+    try:
+        return text.translate(_ASCII).encode(encoding, "replace").decode(encoding)
+    except LookupError:
+        return text.translate(_ASCII).encode("ascii", "replace").decode("ascii")

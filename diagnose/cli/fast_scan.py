@@ -157,18 +157,20 @@ def run_scan(
         warn_timed_out(know)
         return EXIT_FOUND if d.status in ("failed", "degraded") else EXIT_OK
     done = []
-    unreadable = 0
+    unreadable: list[tuple[int, str, str]] = []  # (position, file, why)
     read: dict[str, Any] = {}  # the incident stores, read once for all the logs
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
             d = scan_paths([path], know, engine, gpus=gpus, config=config, show_secrets=show_secrets)
         except InputError as e:
             say_error(str(e))
-            unreadable += 1
+            why = str(e)
+            unreadable.append((i, path, why[len(path) + 2 :] if why.startswith(path + ": ") else why))
             continue
         d.kb = kb_matches(d, kb, read)
         done.append(d)
-    emit("json" if json_out else fmt, done, several=True, show_all=show_all, chart=chart)
+    fmt_name = "json" if json_out else fmt
+    emit(fmt_name, done, several=True, show_all=show_all, chart=chart, unreadable=unreadable)
     warn_timed_out(know)
     if any(d.status in ("failed", "degraded") for d in done):
         return EXIT_FOUND

@@ -74,3 +74,20 @@ def as_float(v: Any) -> float | None:
         return float(v)
     except (TypeError, ValueError):
         return None
+
+
+MOST_GIB = 4096.0  # more memory than any one accelerator (or a node's eight) has
+
+
+def impossible_facts(facts: dict[str, Any]) -> set[str]:
+    """The GiB figures a log states that cannot be: above the GPU total the same line gives, or
+    above any accelerator's memory (a WSL driver reports 17179869184 GiB in use: 2^34)."""
+    total = as_float(facts.get("total_gib"))
+    out = set()
+    for k, v in facts.items():
+        x = as_float(v)
+        if not k.endswith("_gib") or k == "total_gib" or x is None:
+            continue
+        if x > MOST_GIB or (total and k not in ("tried_gib",) and x > total * 1.05):
+            out.add(k)
+    return out

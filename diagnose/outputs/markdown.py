@@ -29,7 +29,7 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
     if p:
         rk = f", ranks {ranks_text(p.ranks)}" if len(p.ranks) > 1 else ""
         out += [
-            f"**Evidence** (`{p.source}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
+            f"**Evidence** (`{public_path(p.source)}:{p.line}`{rk}, rule `{p.rule}`, class `{p.cls}`"
             + (f", OOM phase `{p.oom_phase}`" if p.oom_phase else "")
             + "):",
             "",
@@ -55,7 +55,11 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
             out += [""]
     for m in d.kb:
         out += [
-            f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
+            (
+                f"**Known family** (shipped starter incident): {m['id']} {m['title']}"
+                if m.get("starter")
+                else f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
+            )
             + (f" — fixed by `{m['fix_text']}`" if m.get("fix_text") else "")
             + f" (match {m['score']:.2f})",
             "",
@@ -81,10 +85,24 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
     if others:
         out += ["**Other findings:**", ""]
         out += [
-            f"- {f.severity} `{f.source}:{f.line}` {describe(f)}"
+            f"- {f.severity} `{public_path(f.source)}:{f.line}` {describe(f)}"
             + (" (consequence)" if f.consequence else "")
             for f in others[:10]
         ]
         out += [""]
     out.append(f"<sub>diagnose · {d.lines_read} lines read</sub>")
     return "\n".join(out)
+
+
+def public_path(source: str) -> str:
+    """A log's path as an issue thread should read it: relative to here when under it, else its
+    name alone (an absolute path shows a user name and a machine's layout)."""
+    import os
+
+    if not os.path.isabs(source):
+        return source
+    try:
+        rel = os.path.relpath(source)
+    except ValueError:  # another drive (Windows)
+        return os.path.basename(source)
+    return rel if not rel.startswith("..") else os.path.basename(source)

@@ -35,10 +35,27 @@ OUTPUTS = {
 
 
 def emit(
-    name: str, diagnoses: list[Diagnosis], several: bool = False, show_all: bool = False, chart: bool = False
+    name: str,
+    diagnoses: list[Diagnosis],
+    several: bool = False,
+    show_all: bool = False,
+    chart: bool = False,
+    unreadable: list[tuple[int, str, str]] | None = None,
 ) -> None:
-    """Print the diagnoses in the named output (`several`: as the answer for several logs)."""
+    """Print the diagnoses in the named output (`several`: as the answer for several logs).
+    `unreadable`: (position, file, why) of the logs that could not be read; in JSON each keeps
+    its place in the array as an error object, so positions follow the arguments."""
     out = OUTPUTS[name]
+    if name == "json" and several and unreadable:
+        import json
+
+        render = import_module(f"diagnose.outputs.{out.module}").render
+        items = [render(d, show_all, chart) for d in diagnoses]
+        for pos, source, why in sorted(unreadable):
+            error = {"schema": 1, "source": source, "status": "error", "error": why}
+            items.insert(pos, json.dumps(error, indent=2, ensure_ascii=False))
+        print(f"{out.opening}{out.between.join(items)}{out.closing}")
+        return
     render = import_module(f"diagnose.outputs.{out.module}").render
     if out.styled:
         from .styled import print_styled

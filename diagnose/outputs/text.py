@@ -75,11 +75,16 @@ def verdict(d: Diagnosis) -> str:
 
 
 def _facts_text(facts: dict[str, Any]) -> str:
+    from ..model.typed_facts import impossible_facts
+
     items = []
+    bad = impossible_facts(facts)
     for k, v in facts.items():
         if k == "self_listed":
             continue
-        if k.endswith("_gib"):
+        if k in bad:  # said as what the log claims, not as a fact
+            items.append(f"{k[:-4]} {v} GiB (impossible: the driver misreports it)")
+        elif k.endswith("_gib"):
             items.append(f"{k[:-4]} {v} GiB")
         else:
             items.append(f"{k} {v}")
@@ -188,9 +193,10 @@ def _kb_text(out: StyledLines, d: Diagnosis) -> None:
     for m in d.kb:
         out.blank()
         fixed = f" — fixed by {m['fix_text']}" if m.get("fix_text") else ""
+        # a shipped starter incident is a known family, not something this site lived through
         out.add(
-            ("  seen before  ", "bold"),
-            (f"{m['id']} {m.get('date', '')}", "cyan"),
+            ("  known family " if m.get("starter") else "  seen before  ", "bold"),
+            (f"{m['id']}" + ("" if m.get("starter") else f" {m.get('date', '')}"), "cyan"),
             f", {m['title']}{fixed}",
             (f"  (match {m['score']:.2f})", "dim"),
         )
