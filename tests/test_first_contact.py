@@ -112,3 +112,19 @@ def test_startup_and_phase_durations_by_the_logs_own_clock(cli) -> None:
     md = run([*cli, "scan", "--format", "markdown", str(HEALTHY)]).stdout.decode()
     assert "**Startup:** ready in 1 min 00 s" in md
     assert sys.version_info >= (3, 11)
+
+
+def test_help_names_every_engine_and_shows_an_example_per_command(cli) -> None:
+    root = run([*cli, "--help"], env={"COLUMNS": "200"}).stdout.decode()
+    for engine in ("vLLM", "SGLang", "TGI", "Ollama", "llama.cpp", "LMDeploy", "TensorRT-LLM"):
+        assert engine in root, engine
+    commands = ["scan", "device", "stream", "k8s", "watch", "run", "probe", "plan", "check"]
+    commands += ["rules list", "rules show", "rules test", "kb add", "kb list", "kb show", "kb search"]
+    for command in commands:
+        out = run([*cli, *command.split(), "--help"], env={"COLUMNS": "200"}).stdout.decode()
+        assert f"Example: diagnose {command}" in out or (
+            command == "scan" and "Example: diagnose scan" in out
+        ), command
+    for command in ("run", "check"):
+        out = run([*cli, command, "--help"], env={"COLUMNS": "200"}).stdout.decode()
+        assert f"Usage: diagnose {command} [OPTIONS] -- COMMAND [ARGS]..." in out

@@ -16,7 +16,8 @@ from ..outputs.registry import OUTPUTS
 from .lean_typer import typer
 
 app = typer.Typer(
-    help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI) from their logs.",
+    help="Troubleshoot LLM inference servers (vLLM, SGLang, TGI, Ollama, llama.cpp's llama-server, "
+    "LMDeploy, TensorRT-LLM, and a generic Python/CUDA server) from their logs. `diagnose --version`.",
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -34,6 +34,45 @@ from . import plan_cmd  # noqa: F401
 # isort: split
 from . import rules_cmd  # noqa: F401
 
+# an example under each command's help (its epilog): what a first try looks like
+EXAMPLES = {
+    "scan": "diagnose scan serve.log  ·  vllm serve MODEL 2>&1 | diagnose  ·  diagnose scan --json a.log b.log",
+    "device": "diagnose device smi.txt --tp 4  (no file: runs nvidia-smi)",
+    "stream": "kubectl logs -n llm -l app=vllm --prefix | diagnose stream --events failed,closed",
+    "k8s": "diagnose k8s -n llm -l app=vllm",
+    "watch": "diagnose watch serve.log --follow  ·  diagnose watch --glob '/var/log/pods/*/*/*.log'",
+    "run": "diagnose run --log serve.log -- vllm serve MODEL --tensor-parallel-size 2",
+    "probe": "diagnose probe http://127.0.0.1:8000  ·  diagnose probe URL --sweep 1,2,4,8",
+    "plan": "diagnose plan --config MODEL_DIR --gpus 1x24  (no --max-model-len: the longest that fits)",
+    "check": "diagnose check --gpus smi.txt --config MODEL_DIR -- vllm serve MODEL -tp 3",
+    "rules list": "diagnose rules list",
+    "rules show": "diagnose rules show torch.oom  ·  diagnose rules show vllm",
+    "rules test": "diagnose rules test serve.log",
+    "kb add": 'diagnose kb add --from-log serve.log --root-cause "..." --fix "--max-model-len 32768"',
+    "kb list": "diagnose kb list",
+    "kb show": "diagnose kb show KB-0001",
+    "kb search": "diagnose kb search 'NCCL timeout'",
+    "kb export": "diagnose kb export > incidents.tar.gz",
+    "kb import": "diagnose kb import incidents.tar.gz",
+}
+# the commands that take another command after `--`: their usage line says so
+AFTER_DASHES = {"run": "[OPTIONS] -- COMMAND [ARGS]...", "check": "[OPTIONS] -- COMMAND [ARGS]..."}
+
+
+def _with_examples(typer_app: typer.Typer, prefix: str = "") -> None:
+    for info in typer_app.registered_commands:
+        name = prefix + (info.name or (info.callback.__name__ if info.callback else ""))
+        if name in EXAMPLES and not info.epilog:
+            info.epilog = "Example: " + EXAMPLES[name]
+        if name in AFTER_DASHES:
+            info.options_metavar = AFTER_DASHES[name]
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _with_examples(group.typer_instance, f"{prefix}{group.name} ")
+
+
+_with_examples(app)
+
 
 @app.callback(invoke_without_command=True)
 def _root(ctx: typer.Context) -> None:
