@@ -101,15 +101,23 @@ def _finish_live(verdict, json_out: bool, console: Console, started: float) -> i
         emit("json", [d])
     else:
         if verdict.kind == "ready":
-            console.print(Text(f"ready in {time.monotonic() - started:.0f} s", style="bold green"))
+            from ..pipeline.durations import said, span
+
+            took = said(d.durations) if d.durations and d.durations.get("startup_s") is not None else None
+            wall = (
+                f"ready in {span(time.monotonic() - started)} by diagnose's clock (the log prints no times)"
+            )
+            console.print(Text(took or wall, style="bold green"))
         elif verdict.kind == "timeout":
             console.print(
-                Text("gave up waiting (--timeout): the server is not ready yet", style="bold yellow")
+                Text("stopped watching (--timeout): the server is not ready yet", style="bold yellow")
             )
         elif verdict.kind == "interrupted":
             console.print(Text("stopped watching (Ctrl-C): the log so far", style="bold yellow"))
         elif verdict.kind == "stopped":
-            console.print(Text("stopped at --timeout: the server had become ready", style="bold green"))
+            console.print(
+                Text("stopped watching at --timeout: the server had become ready", style="bold green")
+            )
         print_styled(render_text(d), console)
     if verdict.kind in ("ready", "stopped") or (
         verdict.kind == "ended" and d.status in ("ready", "incomplete")
@@ -205,8 +213,12 @@ def run(
         bool, typer.Option("--stop-on-failure", help="Terminate the server on a fatal finding.")
     ] = False,
     timeout: Annotated[
-        float | None, typer.Option("--timeout", help="Give up watching after S seconds.")
+        float | None,
+        typer.Option("--timeout", help="Stop watching after S seconds; the server keeps running."),
     ] = None,
+    stop_at_timeout: Annotated[
+        bool, typer.Option("--stop-at-timeout", help="At --timeout, stop the server too.")
+    ] = False,
     budget: BudgetOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the final diagnosis as JSON.")] = False,
     quiet: Annotated[
@@ -257,6 +269,7 @@ def run(
         echo=not quiet,
         on_verdict=say_now,
         grace=grace,
+        stop_at_timeout=stop_at_timeout,
     )
     if said and not json_out and verdict is said[0]:
         rc = EXIT_FOUND  # already printed in full
@@ -280,18 +293,19 @@ def run(
 def _say_now(console: Console, json_out: bool, grace: float, said: list):  # type: ignore[no-untyped-def,type-arg]
     """`run`'s verdict the moment it is known; the server keeps running (Ctrl-C stops it)."""
 
-    def say_now(v) -> None:  # type: ignore[no-untyped-def]
+    def say_now(v, alive: bool = True) -> None:  # type: ignore[no-untyped-def]
         from ..outputs.styled import print_styled
         from ..outputs.text import render_text
 
         if not json_out:
             print_styled(render_text(v.diagnosis), console)
-            console.print(
-                Text(
-                    f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)",
-                    style="dim",
+            if alive:  # said only while it is true
+                console.print(
+                    Text(
+                        f"  the server is still up: it is stopped in {grace:.0f} s unless it exits (Ctrl-C now)",
+                        style="dim",
+                    )
                 )
-            )
         said.append(v)
 
     return say_now

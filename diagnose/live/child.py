@@ -22,7 +22,7 @@ from rich.text import Text
 
 from ..base.errors import InputError
 from ..model.records import Finding
-from .session import LiveSession, Verdict, make_progress
+from .session import LiveSession, PlainProgress, Verdict, make_progress
 
 KILL_GRACE_S = float(os.environ.get("DIAGNOSE_KILL_GRACE_S", "10"))
 
@@ -62,6 +62,7 @@ def run_child(
     echo: bool = True,
     on_verdict: Any = None,
     grace: float | None = 30.0,
+    stop_at_timeout: bool = False,
 ) -> tuple[Verdict, int | None, float]:
     """Run the server as a child in its own process group. Its output is teed to `log_path`
     and (`echo`) to our stderr, and fed to the session; a fatal verdict is handed to
@@ -79,16 +80,19 @@ def run_child(
                 run.stop()  # the whole group: a failed server that would not exit
                 break
             if timeout is not None and run.verdict is None and time.monotonic() - run.started > timeout:
-                # a server that became ready and ran until --timeout is not a failure: a stop
+                # watching ends; a server that became ready and ran until then is not a failure
                 run.verdict = Verdict("stopped" if run.announced_ready else "timeout", session.diagnosis())
-                run.stop(always=True)  # the whole group: nothing is left running with its pipe closed
+                if stop_at_timeout:
+                    run.stop(always=True)  # the whole group
+                else:
+                    run.hand_off(timeout)  # it keeps running; its output drained elsewhere
                 break
         verdict = run.finish()
     finally:
         run.close()
         for s, h in old.items():
             signal.signal(s, h)
-    return verdict, run.proc.poll(), run.started
+    return verdict, shell_code(run.proc.poll()), run.started
 
 
 class _ChildRun:
@@ -124,13 +128,20 @@ class _ChildRun:
         self.session, self.console, self.json_out = session, console, json_out
         self.interrupts = 0
         self.stop_to_mark = ""  # a signal forwarded that the session has not been told of yet
+        self.stopping_at: float | None = None  # when the first Ctrl-C/SIGTERM was forwarded
+        self.stop_signal = ""
+        self.killed = False
+        self.handed_off = False  # --timeout left it running, its output drained by a copier
+        self.to_say: list[str] = []  # what a signal handler wants said (the loop says it)
         self.started = time.monotonic()
         self.fd = self.proc.stdout.fileno()
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.fd, selectors.EVENT_READ)
         # the server's own output scrolls on the terminal: phase lines, not a live panel, go with it
         self.progress = make_progress(session, console, json_out or echo)
-        self.out = sys.stderr.buffer if echo and sys.stderr is not None else None
+        # the server's output stays on stdout (with --json, stdout carries the JSON alone: stderr)
+        stream = sys.stderr if json_out else sys.stdout
+        self.out = stream.buffer if echo and stream is not None else None
         self.partial = b""
         self.verdict: Verdict | None = None
         self.announced_ready = False
@@ -138,11 +149,37 @@ class _ChildRun:
         self.eof = False
 
     def forward(self, sig: int, _frame: Any) -> None:
-        """Ctrl-C/SIGTERM to the whole group; a second one kills it."""
+        """Ctrl-C/SIGTERM: forwarded to the whole group (a timed SIGKILL follows); a second one
+        kills it now. What is said of it is said by the loop, not in the handler."""
         self.interrupts += 1
-        if self.interrupts == 1:
-            self.stop_to_mark = signal.Signals(sig).name  # marked by the loop, not in the handler
-        _signal_group(self.proc, signal.SIGKILL if self.interrupts > 1 else sig)
+        if self.interrupts == 1:  # the signal as it came: Ctrl-C is SIGINT, a scheduler's stop SIGTERM
+            self.stop_to_mark = self.stop_signal = signal.Signals(sig).name
+            self.stopping_at = time.monotonic()
+            _signal_group(self.proc, sig)
+        else:
+            self.to_say.append("killing the server now (SIGKILL to its process group)")
+            _signal_group(self.proc, signal.SIGKILL)
+
+    def escalate(self) -> None:
+        """What a stop asked for, said; a server that outlives its SIGTERM grace is killed."""
+        for line in self.to_say:
+            self._say(line)
+        self.to_say.clear()
+        if (
+            self.stopping_at is not None
+            and not self.killed
+            and self.proc.poll() is None
+            and time.monotonic() - self.stopping_at > KILL_GRACE_S
+        ):
+            self.killed = True
+            self._say(
+                f"the server did not stop within {KILL_GRACE_S:.0f} s of {self.stop_signal}: killed (SIGKILL)"
+            )
+            _signal_group(self.proc, signal.SIGKILL)
+
+    def _say(self, text: str) -> None:
+        if sys.stderr is not None:
+            print(f"diagnose: {text}", file=sys.stderr, flush=True)
 
     def read(self) -> bool:
         """Wait up to half a second for output and take it; whether the run's output ended."""
@@ -150,7 +187,13 @@ class _ChildRun:
         if self.stop_to_mark:
             # before any output the server printed after the signal
             self.session.stop_requested(f"{self.stop_to_mark} forwarded to the server by diagnose run")
+            self.progress.stop()  # no panel counting on while the server stops
+            self._say(
+                f"stopping the server ({self.stop_to_mark} to its process group)… Ctrl-C again to kill "
+                f"it now; it is killed in {KILL_GRACE_S:.0f} s otherwise"
+            )
             self.stop_to_mark = ""
+        self.escalate()
         if not ready and self.proc.poll() is not None:
             # the child itself has exited and its output is drained: workers it left behind
             # may hold the pipe open for ever, so its exit, not the pipe's end, ends the run
@@ -182,15 +225,19 @@ class _ChildRun:
         if v is not None and v.kind == "ready":
             if not self.announced_ready:
                 self.announced_ready = True
-                self.progress.stop()
+                if not isinstance(self.progress, PlainProgress):
+                    self.progress.stop()
+                else:
+                    self.progress.update()
                 # with --json, stdout carries the JSON alone: progress goes to stderr
                 (Console(stderr=True) if self.json_out else self.console).print(
                     Text(
-                        f"ready in {time.monotonic() - self.started:.0f} s; watching for runtime failures",
+                        f"{self.session.ready_said()}; watching for runtime failures",
                         style="bold green",
                     )
                 )
-                self.progress = make_progress(self.session, self.console, self.json_out)
+                if not isinstance(self.progress, PlainProgress):  # plain lines go on as they were
+                    self.progress = make_progress(self.session, self.console, self.json_out)
             self.session.follow_after_ready = True
         elif v is not None:
             self.verdict = v
@@ -199,8 +246,32 @@ class _ChildRun:
                 self.progress.stop()
                 terminate(self.proc)
             elif on_verdict is not None:
-                on_verdict(v)  # said now; the server may exit on its own within `grace`
+                on_verdict(v, self.proc.poll() is None)  # said now; it may exit on its own within `grace`
         self.progress.update()
+
+    def hand_off(self, after: float) -> None:
+        """Stop watching, not the server: its output pipe goes to a detached copier (into --log,
+        or nowhere), so the server neither blocks on a full pipe nor dies writing to a closed one."""
+        import shutil
+
+        self.progress.stop()
+        copier = [shutil.which("cat") or sys.executable]
+        if copier[0] == sys.executable:
+            copier += ["-c", "import shutil, sys; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"]
+        sink = self.logf if self.logf is not None else subprocess.DEVNULL
+        if self.logf is not None:
+            self.logf.flush()
+        subprocess.Popen(
+            copier, stdin=self.fd, stdout=sink, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        where = (
+            f"its output goes on to {self.logf.name}" if self.logf is not None else "its output is discarded"
+        )
+        self._say(
+            f"stopped watching after {after:g} s (--timeout): the server keeps running (pid {self.proc.pid}); "
+            f"{where}; --stop-at-timeout stops it instead"
+        )
+        self.handed_off = True
 
     def stop(self, always: bool = False) -> None:
         """Stop the whole process group (`always`: even when the child itself has exited)."""
@@ -212,7 +283,7 @@ class _ChildRun:
         if self.partial:
             self.session.feed(self.partial + b"\n")  # a last line the server never finished
         rc = self.proc.poll()
-        if rc is None and self.eof:
+        if rc is None and self.eof and not self.handed_off:
             rc = self.proc.wait()
         if self.verdict is None:
             self.verdict = self.session.check(final=True) or _ended(
@@ -227,7 +298,12 @@ class _ChildRun:
             self.logf.close()
 
 
-STOP_EXIT = {130: "Ctrl-C", 143: "SIGTERM", -2: "SIGINT", -15: "SIGTERM"}
+STOP_EXIT = {130: "Ctrl-C", 143: "SIGTERM"}
+
+
+def shell_code(rc: int | None) -> int | None:
+    """An exit status as a shell says it: a death by signal N is 128 + N (Python says -N)."""
+    return 128 - rc if rc is not None and rc < 0 else rc
 
 
 def _ended(session: LiveSession, rc: int | None, stopped: bool = False) -> Verdict:
@@ -236,7 +312,12 @@ def _ended(session: LiveSession, rc: int | None, stopped: bool = False) -> Verdi
     Any other non-zero exit is still a failure."""
     if rc in (0, None):
         return Verdict("ended", session.diagnosis(final=True))
-    how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.valid_signals() else f"signal {-rc}"
+        how = f"killed by {name} (exit code {128 - rc})"
+    else:
+        how = f"exited with code {rc}"
+    rc = shell_code(rc)
     stop = stopped or rc in STOP_EXIT
     why = STOP_EXIT.get(rc, "a signal forwarded by diagnose")
     f = Finding(

@@ -27,6 +27,7 @@ from ..match.scanner import Scanner
 from ..model.records import PHASE_INDEX, Diagnosis, Finding
 from ..outputs.text import PHASE_LABEL
 from ..pipeline.stages import diagnose
+from ..read.clock import seconds as log_seconds
 
 # A consequence line ("EngineCore failed to start") often comes before its cause's
 # traceback: wait this long for the cause before giving the verdict.
@@ -83,6 +84,7 @@ class LiveSession:
         self.scanner.set_source(self.source)
         self.started = self.clock()
         self.phase_seen: dict[str, float] = {}  # phase -> wall time first seen
+        self.phase_log: dict[str, float] = {}  # phase -> the log's own time of its line (seconds)
         self.progress_at = self.started  # last phase change or load progress
         self.last_line = ""
         self.lines = 0
@@ -100,6 +102,9 @@ class LiveSession:
             if m.phase not in self.phase_seen:
                 self.phase_seen[m.phase] = now
                 self.progress_at = now
+                t = log_seconds(m.time)
+                if t is not None:
+                    self.phase_log[m.phase] = t
         tail = block.rstrip(b"\n").rsplit(b"\n", 1)[-1]
         if tail.strip():
             text = self.scanner.layout.line(self.source, self.lines, tail).message.strip()
@@ -157,12 +162,35 @@ class LiveSession:
 
     # --- view ----------------------------------------------------------------------------
 
+    def since_start(self, phase: str) -> tuple[float, str]:
+        """When a phase came, from the first one: by the log's own timestamps when its lines
+        carry them ("log"), else by this watcher's clock ("wall": a replayed or piped log would
+        read 0 s for a four-minute startup otherwise)."""
+        first = min(self.phase_log.values()) if self.phase_log else None
+        if phase in self.phase_log and first is not None and self.phase_log[phase] >= first:
+            return self.phase_log[phase] - first, "log"
+        return self.phase_seen.get(phase, self.clock()) - self.started, "wall"
+
+    def ready_said(self) -> str:
+        """ "ready in 1 min 00 s by the log's timestamps" (or the watcher's clock, said so)."""
+        from ..pipeline.durations import span
+
+        at, clock = self.since_start("ready")
+        by = "by the log's timestamps" if clock == "log" else "by diagnose's clock (the log prints no times)"
+        return f"ready in {span(at)} {by}"
+
     def durations(self) -> list[tuple[str, float | None]]:
         seen = sorted(self.phase_seen.items(), key=lambda kv: kv[1])
         out: list[tuple[str, float | None]] = []
         for i, (phase, t) in enumerate(seen):
-            nxt = seen[i + 1][1] if i + 1 < len(seen) else None
-            out.append((phase, None if nxt is None else nxt - t))
+            if i + 1 >= len(seen):
+                out.append((phase, None))
+                continue
+            nxt = seen[i + 1][0]
+            if phase in self.phase_log and nxt in self.phase_log:  # the log's clock when it has one
+                out.append((phase, max(0.0, self.phase_log[nxt] - self.phase_log[phase])))
+            else:
+                out.append((phase, seen[i + 1][1] - t))
         return out
 
     def renderable(self) -> Any:
@@ -211,12 +239,11 @@ class PlainProgress:
 
     def update(self) -> None:
         s = self.session
-        for phase, t in sorted(s.phase_seen.items(), key=lambda kv: kv[1]):
+        for phase, _t in sorted(s.phase_seen.items(), key=lambda kv: kv[1]):
             if phase not in self.printed:
                 self.printed.add(phase)
-                print(
-                    f"[{t - s.started:7.1f} s] ✓ {PHASE_LABEL.get(phase, phase)}", file=self.out, flush=True
-                )
+                at, clock = s.since_start(phase)
+                print(f"[{at:7.1f} s {clock}] ✓ {PHASE_LABEL.get(phase, phase)}", file=self.out, flush=True)
 
     def stop(self) -> None:
         self.update()
