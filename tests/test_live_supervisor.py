@@ -146,3 +146,48 @@ def test_timeout_stops_watching_and_leaves_the_server_running(cli, tmp_path: Pat
         assert "server still running" in p.stdout.decode()
     finally:
         os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_pipe_watched_on_a_terminal_passes_the_output_through_and_says_the_verdict_live(cli) -> None:
+    """`vllm serve … 2>&1 | diagnose` on a terminal: the server's lines reach the terminal as
+    they come, the failure is said on stderr while the server is still up (it fails, stays up
+    six seconds more), and the exit code is the verdict's."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    writer = (
+        "import sys, time\n"
+        f"for line in open({str(FIXTURES / 'logs' / 'vllm' / 'oom-load-v1-tp2.log')!r}):\n"
+        "    sys.stdout.write(line); sys.stdout.flush(); time.sleep(0.002)\n"
+        "time.sleep(6)\n"
+        "print('still up after the failure', flush=True)\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
+    proc = subprocess.Popen(cli, stdin=server.stdout, stdout=slave, stderr=subprocess.PIPE, cwd=ROOT)
+    os.close(slave)
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    t0, seen, err, said_at = time.monotonic(), b"", b"", None
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < 40:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(master, 1 << 16)
+                except OSError:
+                    break
+            err += proc.stderr.read() or b""
+            if said_at is None and b"the server failed" in err:
+                said_at = time.monotonic() - t0
+                assert server.poll() is None  # said while the server is up
+        err += proc.stderr.read() or b""
+    finally:
+        os.close(master)
+        for p in (proc, server):
+            if p.poll() is None:
+                p.kill()
+    assert said_at is not None and said_at < 5, err.decode()[-500:]
+    assert b"failed: CUDA out of memory" in err
+    assert b"still up after the failure" in seen and b"Failed to create unquantized linear weights" in seen
+    assert proc.wait() == 1

@@ -76,8 +76,20 @@ _with_examples(app)
 
 @app.callback(invoke_without_command=True)
 def _root(ctx: typer.Context) -> None:
-    """With a log piped in and no command, `diagnose` means `diagnose scan -`."""
+    """With a log piped in and no command, `diagnose` means `diagnose scan -` (on a terminal:
+    the output passed through and the verdict said live, `live.pipe`)."""
     if ctx.invoked_subcommand is None:
+        if (
+            sys.stdin is not None
+            and not sys.stdin.isatty()
+            and sys.stdout is not None
+            and sys.stdout.isatty()
+        ):
+            # a person watching a server's pipe: its output through, the verdict live on stderr
+            from ..live.pipe import tee_and_judge
+            from .fast_scan import load_knowledge
+
+            raise typer.Exit(tee_and_judge(load_knowledge(None)))
         if sys.stdin is not None and not sys.stdin.isatty():
             ctx.invoke(
                 scan,
