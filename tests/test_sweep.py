@@ -13,7 +13,8 @@ import pytest
 
 from diagnose.base.errors import InputError
 from diagnose.knowledge.engine_profiles import load_profiles
-from diagnose.probe.sweep import compare_sweep, percentile, read_metrics, run_sweep, save_sweep
+from diagnose.probe.sweep import percentile, read_metrics, run_sweep
+from diagnose.probe.sweep_compare import compare_sweep, save_sweep
 
 from .batching_stub import BatchingStub
 
@@ -51,7 +52,7 @@ def test_compare_flags_a_20_percent_slowdown_and_a_changed_output(tmp_path):  # 
         stub.slow = 1.2  # every step a fifth slower: an upgrade that regressed
         after = run_sweep(stub.url, "stub-model", [1, 2, 4], "hi", 32)
         compare_sweep(after, str(base), 0.15)
-        assert any("tpot_p50_ms" in r for r in after.regressions), after.regressions
+        assert any("tpot_p" in r or "tok_per_s" in r for r in after.regressions), after.regressions
         stub.slow = 1.0
         stub.text = "other"  # same speed, different words at temperature 0
         changed = run_sweep(stub.url, "stub-model", [1], "hi", 32)
@@ -240,3 +241,30 @@ def test_read_metrics_takes_the_value_not_the_timestamp():  # type: ignore[no-un
 
 def test_read_metrics_of_text_that_is_not_prometheus_is_empty():  # type: ignore[no-untyped-def]
     assert read_metrics("<html>not found</html>\n{{{", load_profiles().metrics) == {}
+
+
+def test_an_unchanged_server_shows_no_regression_in_20_of_20_runs(tmp_path):  # type: ignore[no-untyped-def]
+    """The run-to-run noise (past the knee a p99 of 16 requests moves by half with one queueing
+    round more or less) is judged, not reported: the floor, the bootstrap within the run and
+    the repeats between runs. The same comparison still catches a fifth slower."""
+    base = tmp_path / "sweep.json"
+    with BatchingStub(slots=4) as stub:
+
+        def repeat(c):  # type: ignore[no-untyped-def]
+            return run_sweep(stub.url, "stub-model", [c], "hi", 32).steps[0]
+
+        save_sweep(
+            run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32), str(base), stub.url, "stub-model"
+        )
+        flagged = []
+        for _ in range(20):
+            again = run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32)
+            compare_sweep(again, str(base), 0.15, repeat)
+            flagged += again.regressions
+        assert flagged == []
+        stub.slow = 1.2
+        slower = run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32)
+        compare_sweep(slower, str(base), 0.15, repeat)
+    assert any("tpot_p50_ms" in r or "tok_per_s" in r for r in slower.regressions), slower.regressions
+    saved = json.loads(base.read_text())
+    assert len(saved["steps"][0]["samples"]["ttft_ms"]) == saved["steps"][0]["requests"]

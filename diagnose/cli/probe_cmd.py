@@ -235,7 +235,8 @@ def _run_sweep(
     """The concurrency sweep after a probe that passed: steps, knee, bound, regressions."""
     import json
 
-    from ..probe.sweep import Sweep, compare_sweep, read_sweep_baseline, save_sweep
+    from ..probe.sweep import Sweep, run_sweep
+    from ..probe.sweep_compare import compare_sweep, read_sweep_baseline, save_sweep
 
     if compare:
         read_sweep_baseline(compare)  # a wrong path or file is told before the sweep, not after
@@ -245,7 +246,23 @@ def _run_sweep(
         args = (res.url, res.model, levels, prompt, max_tokens, chat, per_level, max_requests, sweep_time)
         result = _sweep_with_progress(args, timeouts, sent, not json_out and sys.stderr.isatty())
         if compare:
-            compare_sweep(result, compare, tolerance)
+
+            def repeat(c: int) -> Any:  # the step again, to tell a regression from noise
+                once = (
+                    res.url,
+                    res.model,
+                    [c],
+                    prompt,
+                    max_tokens,
+                    chat,
+                    per_level,
+                    max_requests,
+                    sweep_time,
+                )
+                again = run_sweep(*once, timeouts, sent, None)
+                return again.steps[0] if again.steps else None
+
+            compare_sweep(result, compare, tolerance, repeat)
         if save and result.steps:
             save_sweep(result, save, res.url, res.model)
     ok = res.ok and not result.regressions and bool(result.steps)

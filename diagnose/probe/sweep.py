@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 
 from ..base.errors import InputError
-from .baseline import read_baseline, write_baseline
 from .completion import Streamed, _payload, read_stream
 from .result import Timeouts
 
@@ -31,6 +30,7 @@ LATENCY_CLIMB = 1.25  # …while p99 latency rose by a quarter: past the knee
 METRICS_EVERY_S = 0.1  # /metrics is a cheap read; a step may last under a second
 KV_FULL = 0.9
 KV_SPARE = 0.8
+SAMPLES_KEPT = 512  # per step and measure, in a baseline
 
 
 @dataclass
@@ -46,11 +46,16 @@ class Step:
     tok_per_s: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # maxima while the step ran
     output: str | None = None  # the fixed prompt's text (temperature 0), for --compare
+    # each request's TTFT and TPOT (ms) and tokens/s: a saved baseline keeps them, so --compare
+    # can tell a real change from the run-to-run noise (probe/sweep_compare.py)
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, with_samples: bool = False) -> dict[str, Any]:
         out = asdict(self)
         if not self.metrics:
             out.pop("metrics")
+        if not with_samples:
+            out.pop("samples")
         return out
 
 
@@ -64,9 +69,9 @@ class Sweep:
     stopped: str | None = None  # why the sweep ended early (time, requests, Ctrl-C)
     regressions: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, with_samples: bool = False) -> dict[str, Any]:
         return {
-            "steps": [s.to_json() for s in self.steps],
+            "steps": [s.to_json(with_samples) for s in self.steps],
             "knee": self.knee,
             "bound": self.bound,
             "why": self.why,
@@ -273,6 +278,12 @@ def _summarise(
         step.req_per_s = round(len(good) / elapsed, 2)
         step.tok_per_s = round(sum(r[2] for r in good) / elapsed, 1)
     step.output = good[0][3] if good else None
+    rates = [r[2] / (r[0] + r[1] * max(0, r[2] - 1)) for r in good if r[1] is not None and r[2] > 1]
+    step.samples = {
+        "ttft_ms": [round(x, 2) for x in ttft[:SAMPLES_KEPT]],
+        "tpot_ms": [round(x, 3) for x in tpot[:SAMPLES_KEPT]],
+        "tok_per_s": [round(x, 2) for x in rates[:SAMPLES_KEPT]],
+    }
 
 
 def _ms(x: float | None) -> float | None:
@@ -336,50 +347,3 @@ NEXT = {
     "compute": "the GPU is saturated: more GPUs (tensor_parallel_size) or a smaller / quantized model; "
     "serve at or below the knee's concurrency",
 }
-
-
-# --- baseline and comparison -------------------------------------------------------------------
-
-
-def save_sweep(sweep: Sweep, path: str, url: str, model: str | None) -> None:
-    data = {"kind": "sweep", "url": url, "model": model, "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    data.update(sweep.to_json())
-    write_baseline(path, data)
-
-
-def read_sweep_baseline(path: str) -> dict[str, Any]:
-    """A saved sweep, checked (before a sweep runs, so a wrong path costs nothing)."""
-    base = read_baseline(path)
-    if not (isinstance(base, dict) and base.get("kind") == "sweep" and isinstance(base.get("steps"), list)):
-        raise InputError(f"{path}: not a sweep baseline (save one with --sweep … --save-baseline)")
-    return base
-
-
-def compare_sweep(sweep: Sweep, path: str, tolerance: float) -> None:
-    """Regressions against a saved sweep, step by step at the same concurrency."""
-    base = read_sweep_baseline(path)
-    old_steps = {s.get("concurrency"): s for s in base["steps"] if isinstance(s, dict)}
-    for s in sweep.steps:
-        old = old_steps.get(s.concurrency)
-        if old is None:
-            continue
-        for key, worse_if_higher in (
-            ("ttft_p50_ms", True),
-            ("ttft_p99_ms", True),
-            ("tpot_p50_ms", True),
-            ("tpot_p99_ms", True),
-            ("tok_per_s", False),
-        ):
-            a, b = old.get(key), getattr(s, key)
-            if not isinstance(a, (int, float)) or b is None or a <= 0:
-                continue
-            change = (b - a) / a
-            if (change > tolerance) if worse_if_higher else (change < -tolerance):
-                sweep.regressions.append(
-                    f"concurrency {s.concurrency}: {key} {a:g} → {b:g} ({'+' if change >= 0 else ''}{change:.0%})"
-                )
-        if old.get("output") is not None and s.output is not None and old["output"] != s.output:
-            sweep.regressions.append(
-                f"concurrency {s.concurrency}: the fixed prompt's output changed (temperature 0): "
-                "a kernel, dtype or version change alters results"
-            )
