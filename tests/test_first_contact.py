@@ -127,3 +127,10 @@ def test_help_names_every_engine_and_shows_an_example_per_command(cli) -> None:
     for command in ("run", "check"):
         out = run([*cli, command, "--help"], env={"COLUMNS": "200"}).stdout.decode()
         assert f"Usage: diagnose {command} [OPTIONS] -- COMMAND [ARGS]..." in out
+
+
+def test_a_streams_ready_event_carries_the_logs_own_durations(cli) -> None:
+    out = run([*cli, "stream", "--events", "ready,closed", str(HEALTHY)]).stdout.decode().splitlines()
+    ready, closed = (json.loads(x) for x in out)
+    assert ready["event"] == "ready" and ready["durations"]["startup_s"] == 60.0
+    assert closed["durations"]["clock"] == "log"

@@ -74,6 +74,10 @@ class Event:
             "log_time": self.time,
             "finding": self.finding,
             "change": self.change,
+            # start to ready and each phase by the log's own timestamps, once a startup is over
+            "durations": self.diagnosis.durations
+            if self.diagnosis is not None and self.kind in ("ready", "closed")
+            else None,
         }
 
 
