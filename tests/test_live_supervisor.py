@@ -44,6 +44,12 @@ def _server(tmp_path: Path) -> Path:
     return script
 
 
+def _run_replay(cli: list[str], tmp_path: Path, options: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """`diagnose run OPTIONS -- python server.py HEALTHY`: the healthy log replayed, then idle."""
+    cmd = [*cli, "run", *options, "--", sys.executable, str(_server(tmp_path)), str(HEALTHY)]
+    return subprocess.run(cmd, capture_output=True, timeout=60, cwd=ROOT)
+
+
 def _interruptible() -> None:  # the test's child gets the default SIGINT back
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -91,22 +97,7 @@ def test_ctrl_c_is_answered_and_escalates_to_sigkill(cli, tmp_path: Path) -> Non
 
 
 def test_phases_once_server_output_on_stdout_times_by_the_log(cli, tmp_path: Path) -> None:
-    p = subprocess.run(
-        [
-            *cli,
-            "run",
-            "--timeout",
-            "3",
-            "--stop-at-timeout",
-            "--",
-            sys.executable,
-            str(_server(tmp_path)),
-            str(HEALTHY),
-        ],
-        capture_output=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    p = _run_replay(cli, tmp_path, ["--timeout", "3", "--stop-at-timeout"])
     out, err = p.stdout.decode(), p.stderr.decode()
     both = out + err
     assert both.count("] ✓ ready\n") == 1 and both.count("] ✓ args\n") == 1  # each phase printed once
@@ -118,23 +109,7 @@ def test_phases_once_server_output_on_stdout_times_by_the_log(cli, tmp_path: Pat
 
 def test_timeout_stops_watching_and_leaves_the_server_running(cli, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    p = subprocess.run(
-        [
-            *cli,
-            "run",
-            "--timeout",
-            "3",
-            "--log",
-            str(log),
-            "--",
-            sys.executable,
-            str(_server(tmp_path)),
-            str(HEALTHY),
-        ],
-        capture_output=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    p = _run_replay(cli, tmp_path, ["--timeout", "3", "--log", str(log)])
     said = p.stderr.decode()
     assert "stopped watching after 3 s (--timeout): the server keeps running (pid " in said
     pid = int(said.split("(pid ", 1)[1].split(")", 1)[0])
