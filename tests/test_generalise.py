@@ -46,8 +46,9 @@ def test_several_files_are_several_diagnoses(cli, tmp_path):
     good.write_bytes(HEALTHY_LOG.read_bytes())
     p = run([*cli, "scan", "--json", str(good), str(tmp_path / "missing.log"), str(bad)])
     out = json.loads(p.stdout)
-    assert [o["source"] for o in out] == [str(good), str(bad)]
-    assert [o["status"] for o in out] == ["ready", "failed"]
+    # positions follow the arguments: the unreadable file keeps its place as an error object
+    assert [o["source"] for o in out] == [str(good), str(tmp_path / "missing.log"), str(bad)]
+    assert [o["status"] for o in out] == ["ready", "error", "failed"]
     assert all(o["schema"] == 1 for o in out)
     assert p.returncode == 1  # one failed
     assert b"missing.log: no such file" in p.stderr and b"Traceback" not in p.stderr

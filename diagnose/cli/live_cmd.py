@@ -271,6 +271,12 @@ def run(
         grace=grace,
         stop_at_timeout=stop_at_timeout,
     )
+    raise typer.Exit(_after_run(verdict, child_rc, started, said, json_out, console, termination_log))
+
+
+def _after_run(verdict, child_rc, started, said, json_out, console, termination_log) -> int:  # type: ignore[no-untyped-def]
+    """`run`'s end: the verdict (unless said while the server ran), the termination log, the
+    server's exit code as a shell says it (or that it still runs)."""
     if said and not json_out and verdict is said[0]:
         rc = EXIT_FOUND  # already printed in full
     else:
@@ -287,7 +293,7 @@ def run(
                 style="dim",
             )
         )
-    raise typer.Exit(rc)
+    return rc
 
 
 def _say_now(console: Console, json_out: bool, grace: float, said: list):  # type: ignore[no-untyped-def,type-arg]

@@ -258,7 +258,6 @@ class Diagnosis:
 
         return {
             "schema": 1,
-            "diagnose_version": __version__,
             "source": self.source,
             "engine": self.engine.to_json(),
             "status": self.status,
@@ -271,5 +270,7 @@ class Diagnosis:
             "advice": [c.to_json() for c in self.advice],
             "kb": self.kb,
             "serving": self.serving.to_json() if self.serving is not None else None,
+            # additive to schema 1, after its keys
             "durations": self.durations,
+            "diagnose_version": __version__,
         }
