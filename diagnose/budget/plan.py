@@ -98,8 +98,9 @@ def launch_text(p: Plan) -> str:
     fit_len = min(fit_len, s.max_position or fit_len)
     if units.launch is None:
         seqs = max(1, int(p.kv_tokens / max(1, fit_len)))
+        env = f"# in the server's environment: {p.launch_env.strip()}\n" if p.launch_env else ""
         return (
-            f"tensor_parallel_size: {p.tp}\ngpu_memory_utilization: {p.util:.2f}\n"
+            f"{env}tensor_parallel_size: {p.tp}\ngpu_memory_utilization: {p.util:.2f}\n"
             f"max_concurrent_requests: {min(seqs, p.max_num_seqs)}\n"
         )
     params: list[tuple[str, Any]] = []
