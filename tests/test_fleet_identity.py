@@ -259,3 +259,37 @@ def test_the_node_agent_names_a_docker_container_by_its_id() -> None:
         {"container_id": cid[:12], "node": "gpu-1"},
     )
     assert identity(f"/var/lib/docker/containers/{cid}/{cid}-json.log.1")[0] == cid[:12]
+
+
+def test_two_servers_in_one_source_are_refused_not_merged(cli, tmp_path: Path) -> None:
+    """A vLLM startup and an SGLang one interleaved in one plain file: each engine printed its
+    own entry point's lines (vLLM's version banner, SGLang's ServerArgs), which no import
+    prints — `stream` refuses the source (no merged verdict) and `scan` says so."""
+    from .conftest import FIXTURES
+
+    a = (FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log").read_text().splitlines()
+    b = (FIXTURES / "logs" / "sglang" / "oom-cuda-graph-capture.log").read_text().splitlines()
+    rng = random.Random(3)
+    lines: list[str] = []
+    while a or b:
+        src = a if a and (not b or rng.random() < 0.5) else b
+        lines += src[:3]
+        del src[:3]
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text("\n".join(lines) + "\n")
+    events = [
+        json.loads(x)
+        for x in run([*cli, "stream", "--events", "finding,failed,ready,closed", str(mixed)])
+        .stdout.decode()
+        .splitlines()
+    ]
+    assert events and all(e["status"] == "two_servers_in_one_source" for e in events)
+    assert not any(e["event"] in ("failed", "ready") for e in events)
+    scanned = json.loads(run([*cli, "scan", "--json", str(mixed)]).stdout)
+    assert scanned["two_servers"] == ["sglang", "vllm"]
+    assert "two servers in one log: sglang and vllm" in run([*cli, "scan", str(mixed)]).stdout.decode()
+    # each alone: no such word
+    alone = json.loads(
+        run([*cli, "scan", "--json", str(FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log")]).stdout
+    )
+    assert "two_servers" not in alone

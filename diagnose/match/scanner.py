@@ -67,6 +67,7 @@ class ScanResult:
     earlier_runs: int
     engine_scores: dict[str, int]
     engine_reason: dict[str, str]
+    own_engines: list[str]  # engines whose own entry point spoke: two are two servers in one log
     variant_scores: dict[str, int]
     version: str | None
     launch: dict[str, Any]

@@ -36,6 +36,7 @@ class ServerState:
         # the engine
         self.engine_scores: dict[str, int] = defaultdict(int)
         self.own_engines: set[str] = set()  # engines whose own entry point's line was seen
+        self.decided: str | None = None  # the engine decided (the others' markers retired)
         self.engine_reason: dict[str, str] = {}
         self._reason_weight: dict[str, int] = {}
         self.variant_scores: dict[str, int] = defaultdict(int)
@@ -85,21 +86,25 @@ class ServerState:
             self.engine_reason[engine] = f"{line.source}:{line.number}: {shown}"
 
     def _maybe_decide_engine(self) -> None:
-        if self.forced_engine:
+        if self.forced_engine or self.decided:
             return
         ranked = sorted(self._contenders().values(), reverse=True)
         if (
             ranked[0] >= ENGINE_DECIDED
             and ranked[0] - (ranked[1] if len(ranked) > 1 else 0) >= ENGINE_DECIDED // 2
         ):
-            engine = self.active_engine()
+            engine = self.decided = self.active_engine()
+            # another engine's own line stays searched: seen, it means two servers in one log
             self.candidates.retire_markers(
                 ("decided", engine),
                 lambda x: (
-                    x.what == "detect"
-                    or (
-                        x.engine != engine
-                        and not (x.engine == "generic" and (x.what == "observe" or x.library))
+                    not (x.what == "detect" and x.own and x.engine != engine)
+                    and (
+                        x.what == "detect"
+                        or (
+                            x.engine != engine
+                            and not (x.engine == "generic" and (x.what == "observe" or x.library))
+                        )
                     )
                 ),
             )
@@ -237,6 +242,7 @@ class ServerState:
             "earlier_runs": self.run,
             "engine_scores": dict(self._contenders()),  # an engine's own line outranks imported ones
             "engine_reason": self.engine_reason,
+            "own_engines": sorted(self.own_engines),
             "variant_scores": dict(self.variant_scores),
             "version": self.version,
             "launch": self.launch(),

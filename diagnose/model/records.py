@@ -252,6 +252,8 @@ class Diagnosis:
     serving: Any = None  # serving.Serving: the stats lines' series and verdict, when the log has them
     # how long the (last) startup and each phase took by the log's own timestamps (pipeline.durations)
     durations: dict[str, Any] | None = None
+    # two engines' own lines in one log: two servers' lines merged (the verdict may mix them)
+    two_servers: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         from .. import __version__
@@ -272,5 +274,6 @@ class Diagnosis:
             "serving": self.serving.to_json() if self.serving is not None else None,
             # additive to schema 1, after its keys
             "durations": self.durations,
+            **({"two_servers": self.two_servers} if self.two_servers else {}),
             "diagnose_version": __version__,
         }

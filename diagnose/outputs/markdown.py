@@ -25,6 +25,12 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
         f"**Engine:** {eng} · **Status:** `{d.status}` · **Last phase:** `{d.last_phase or '—'}`",
         "",
     ]
+    if d.two_servers:
+        out += [
+            f"> ⚠ Two servers in one log: {' and '.join(d.two_servers)} each printed their own startup "
+            "lines; this verdict mixes them. Read each server's log alone.",
+            "",
+        ]
     p = d.primary
     if p:
         rk = f", ranks {ranks_text(p.ranks)}" if len(p.ranks) > 1 else ""

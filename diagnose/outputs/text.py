@@ -96,6 +96,12 @@ def render_text(d: Diagnosis, show_all: bool = False, chart: bool = False) -> St
     out = StyledLines()
     mark, style = STATUS_MARK.get(d.status, ("?", "bold"))
     out.add((f"{mark} {verdict(d)}", style), (f"   [{d.engine.label}]", "dim"))
+    if d.two_servers:
+        out.add(
+            f"  ! two servers in one log: {' and '.join(d.two_servers)} each printed their own startup "
+            "lines; this verdict mixes them — read each server's log alone",
+            style="bold yellow",
+        )
     _evidence_text(out, d)
     _gpus_text(out, d)
     _timeline_text(out, d)

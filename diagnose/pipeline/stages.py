@@ -338,6 +338,7 @@ def conclude(a: Advised) -> Diagnosis:
         unmatched_errors=ev.result.unmatched_errors,
         serving=found.serving,
         durations=durations(ev.result.timeline),
+        two_servers=list(ev.result.own_engines) if len(ev.result.own_engines) > 1 else [],
     )
 
 

@@ -40,6 +40,8 @@ MAX_LINE = 1 << 20  # a longer line keeps its head (the scan's own limit)
 
 EVENT_KINDS = ("phase", "finding", "ready", "failed", "stopped", "hang", "closed")
 NOT_A_SERVER = "not_inference_server"  # status of a source no engine was detected in (fleet scope)
+# status of a source in which two engines' own lines were seen: two servers' lines merged
+TWO_SERVERS = "two_servers_in_one_source"
 # what any program can print: without an engine's own line, these say nothing of a server
 _ANY_PROGRAM = ("unknown_error", "request")
 
@@ -284,7 +286,16 @@ class StreamSession:
             and not any(v > 0 for v in self.scanner.server.engine_scores.values())
         )
 
+    def two_servers(self) -> list[str]:
+        """The engines whose own entry point spoke in this one source, when more than one did:
+        an engine's own line (its args dump, its version banner) is never an import's, so two
+        of them are two servers' lines merged — a verdict would mix them."""
+        own = self.scanner.server.own_engines
+        return sorted(own) if len(own) > 1 else []
+
     def _event(self, kind: str, d: Diagnosis, line: int | None = None, time_: str | None = None) -> Event:
+        if self.two_servers():
+            return Event(kind, self.source, TWO_SERVERS, d.last_phase, line, labels=self.labels, diagnosis=d)
         if self.out_of_scope(d):
             return Event(kind, self.source, NOT_A_SERVER, d.last_phase, line, labels=self.labels, diagnosis=d)
         p = d.primary
@@ -342,6 +353,11 @@ class StreamSession:
         return events
 
     def _verdicts(self, d: Diagnosis, now: float, final: bool) -> list[Event]:
+        if self.two_servers():  # refused, said once: no verdict of two servers merged
+            if self._told[0] == TWO_SERVERS:
+                return []
+            self._told = (TWO_SERVERS, None, None)
+            return [self._event("finding", d)]
         if self.out_of_scope(d):
             return []  # its closing event says what it is
         p = d.primary
