@@ -185,7 +185,7 @@ def _parallel(q: Plan, t: int, pool: GpuPool, tp_flag: str, asked: int) -> Propo
         )
     n = t * q.pp
     where = (
-        f"on GPUs {devices}{left_out}"
+        f"on {_gpus_named(q.devices)}{left_out}"
         if q.launch_env
         else f"on the {n} GPUs given"
         if n == pool.count
@@ -201,7 +201,13 @@ def _parallel(q: Plan, t: int, pool: GpuPool, tp_flag: str, asked: int) -> Propo
 
 def _on(q: Plan, pool: GpuPool) -> str:
     """Where the candidate runs, when that is not where the engine would put it by itself."""
-    return f" on GPUs {','.join(map(str, q.devices or ()))}" if q.launch_env else ""
+    return f" on {_gpus_named(q.devices)}" if q.launch_env else ""
+
+
+def _gpus_named(devices: tuple[int, ...] | None) -> str:
+    """ "GPU 1" or "GPUs 1,2" (nvidia-smi's indices)."""
+    devices = devices or ()
+    return f"GPU{'s' if len(devices) > 1 else ''} {','.join(map(str, devices))}"
 
 
 def _with_place(q: Plan, pool: GpuPool, changes: dict[str, Any]) -> dict[str, Any]:
