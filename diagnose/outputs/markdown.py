@@ -46,30 +46,7 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
         ]
         if p.facts:
             out += ["**Facts:** " + _facts_text(p.facts), ""]
-    if d.advice:
-        c = d.advice[0]
-        out += [
-            "**Next change:** `" + change_text(c) + "`",
-            "",
-            f"- why: {c.why}",
-            f"- verify: {c.verify}",
-            "",
-        ]
-        if len(d.advice) > 1:
-            out += ["**Alternatives** (one at a time):", ""]
-            out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
-            out += [""]
-    for m in d.kb:
-        out += [
-            (
-                f"**Known family** (shipped starter incident): {m['id']} {m['title']}"
-                if m.get("starter")
-                else f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
-            )
-            + (f" — fixed by `{m['fix_text']}`" if m.get("fix_text") else "")
-            + f" (match {m['score']:.2f})",
-            "",
-        ]
+    out += _advice_and_kb(d)
     if d.device:
         out += [f"**GPUs:** {d.device['summary']}", ""]
         out += [f"- ⚠ {w['text']}" for w in d.device["warnings"]]
@@ -98,6 +75,36 @@ def render(d: Diagnosis, show_all: bool = False, chart: bool = False) -> str:
         out += [""]
     out.append(f"<sub>diagnose · {d.lines_read} lines read</sub>")
     return "\n".join(out)
+
+
+def _advice_and_kb(d: Diagnosis) -> list[str]:
+    """The next change, its alternatives, and the past incidents (or known families) it matches."""
+    out: list[str] = []
+    if d.advice:
+        c = d.advice[0]
+        out += [
+            "**Next change:** `" + change_text(c) + "`",
+            "",
+            f"- why: {c.why}",
+            f"- verify: {c.verify}",
+            "",
+        ]
+        if len(d.advice) > 1:
+            out += ["**Alternatives** (one at a time):", ""]
+            out += [f"- `{change_text(a)}` — {a.why}" for a in d.advice[1:4]]
+            out += [""]
+    for m in d.kb:
+        out += [
+            (
+                f"**Known family** (shipped starter incident): {m['id']} {m['title']}"
+                if m.get("starter")
+                else f"**Seen before:** {m['id']} ({m.get('date', '')}) {m['title']}"
+            )
+            + (f" — fixed by `{m['fix_text']}`" if m.get("fix_text") else "")
+            + f" (match {m['score']:.2f})",
+            "",
+        ]
+    return out
 
 
 def public_path(source: str) -> str:
