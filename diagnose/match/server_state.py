@@ -36,7 +36,7 @@ class ServerState:
         # the engine
         self.engine_scores: dict[str, int] = defaultdict(int)
         self.own_engines: set[str] = set()  # engines whose own entry point's line was seen
-        self.decided: str | None = None  # the engine decided (the others' markers retired)
+        self.decided: str | None = None  # the engine last decided (the others' markers retired)
         self.engine_reason: dict[str, str] = {}
         self._reason_weight: dict[str, int] = {}
         self.variant_scores: dict[str, int] = defaultdict(int)
@@ -78,6 +78,12 @@ class ServerState:
         first_own = own and engine not in self.own_engines
         if first_own:
             self.own_engines.add(engine)
+        if own and self.decided and engine != self.decided:
+            # another engine's own line after the decision is said once: its markers retire (their
+            # needles, frequent in that engine's log, would otherwise be read to the end)
+            self.candidates.retire_markers(
+                ("own line seen", engine), lambda x, e=engine: x.what == "detect" and x.engine == e
+            )
         self._maybe_decide_engine()
         # the report names the engine by its own line, else by the strongest evidence seen
         if first_own or (engine not in self.own_engines and weight > self._reason_weight.get(engine, 0)):
@@ -86,7 +92,7 @@ class ServerState:
             self.engine_reason[engine] = f"{line.source}:{line.number}: {shown}"
 
     def _maybe_decide_engine(self) -> None:
-        if self.forced_engine or self.decided:
+        if self.forced_engine:
             return
         ranked = sorted(self._contenders().values(), reverse=True)
         if (
