@@ -57,21 +57,23 @@ class NearestClock:
             return time_before(self.layout, self.source, block, end)
         tries = 0
         hi = end
+        search = _CLOCK.search
         while hi > self._searched and tries < CLOCK_TRIES:
             lo = max(self._searched, hi - CLOCK_CHUNK)
-            starts = dict.fromkeys(
-                block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, lo, hi)
-            )
-            for start in reversed(starts):
-                nl = block.find(b"\n", start, end)
-                raw = block[start : end if nl < 0 else nl]
-                ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
-                if ts:
-                    self._searched, self._time = end, ts
-                    return ts
-                tries += 1
-                if tries >= CLOCK_TRIES:
-                    break
+            pos = hi  # the window's lines from its end: the nearest clock is usually the last line's
+            while pos > lo:
+                start = block.rfind(b"\n", 0, pos - 1) + 1
+                if search(block, max(start, lo), pos) is not None:  # a clock's digits on this line
+                    nl = block.find(b"\n", start, end)
+                    raw = block[start : end if nl < 0 else nl]
+                    ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
+                    if ts:
+                        self._searched, self._time = end, ts
+                        return ts
+                    tries += 1
+                    if tries >= CLOCK_TRIES:
+                        break
+                pos = start
             hi = lo
         self._searched = end
         return self._time
