@@ -211,10 +211,10 @@ def _gpus_named(devices: tuple[int, ...] | None) -> str:
 
 
 def _with_place(q: Plan, pool: GpuPool, changes: dict[str, Any]) -> dict[str, Any]:
+    """The changes, and the variables of the candidate's placement when the engine would not
+    take those GPUs by itself."""
     if q.launch_env and q.devices:
-        changes["env:CUDA_VISIBLE_DEVICES"] = ",".join(map(str, q.devices))
-        if pool.mixed:
-            changes["env:CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        changes.update({f"env:{k}": v for k, v in pool.placement_env(q.devices).items()})
     return changes
 
 

@@ -133,7 +133,7 @@ def _iso(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def alert_of(e: Event, now: dt.datetime, resolved: bool = False) -> dict[str, Any]:
+def alert_of(e: Event, now: dt.datetime) -> dict[str, Any]:
     f = e.finding or {}
     labels = {
         "alertname": "InferenceServerHang" if e.kind == "hang" else "InferenceServerFailed",
@@ -155,8 +155,6 @@ def alert_of(e: Event, now: dt.datetime, resolved: bool = False) -> dict[str, An
         },
         "startsAt": _iso(now),
     }
-    if resolved:
-        alert["endsAt"] = _iso(now)
     return alert
 
 

@@ -289,8 +289,8 @@ class RecordReader:
         host = obj.get("_HOSTNAME")
         unit = obj.get("_SYSTEMD_UNIT") or obj.get("SYSLOG_IDENTIFIER") or obj.get("_COMM")
         pid = obj.get("_PID")
-        source, labels = _known(("j", host, unit, pid), {"node": host, "unit": unit, "pid": pid})
-        source = "/".join(str(x) for x in (host, unit) if x) or "-"
+        labels = _known(("j", host, unit, pid), {"node": host, "unit": unit, "pid": pid})[1]
+        source = "/".join(str(x) for x in (host, unit) if x) or "-"  # a unit is one per host
         lines = _text_lines(_journal_text(obj.get("MESSAGE")))
         return Record(source, labels, lines, "journald", obj.get("__REALTIME_TIMESTAMP"))
 

@@ -95,16 +95,18 @@ class GpuPool:
             indices == first,
         )
 
+    def placement_env(self, indices: tuple[int, ...]) -> dict[str, str]:
+        """The variables that put a launch on these GPUs (nvidia-smi's indices; on mixed models
+        CUDA orders them fastest first unless told to follow the PCI bus as nvidia-smi does)."""
+        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.mixed else {}
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
+        return env
+
     def visible_prefix(self, where: Placement) -> str:
         """What to put before the command so the engine runs on `where` ("" when it would anyway)."""
         if where.engine_order and self.visible is None and not self.mixed:
-            return ""  # mixed models: CUDA orders them fastest first, so the GPUs are named
-        order = "CUDA_DEVICE_ORDER=PCI_BUS_ID " if self.mixed else ""
-        return f"{order}CUDA_VISIBLE_DEVICES={','.join(str(i) for i in where.indices)} "
-
-    def busy_text(self) -> str:
-        """The busy GPUs by name: "GPU 0 (69.6 GiB in use)"; "" when none is."""
-        return ", ".join(f"GPU {g.index} ({g.used_gib:.1f} GiB in use)" for g in self.busy)
+            return ""
+        return "".join(f"{k}={v} " for k, v in self.placement_env(where.indices).items())
 
 
 def uniform_pool(count: int, gib: float, summary: str, source: str = "given", used: float = 0.0) -> GpuPool:

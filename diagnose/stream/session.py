@@ -294,10 +294,9 @@ class StreamSession:
         return sorted(own) if len(own) > 1 else []
 
     def _event(self, kind: str, d: Diagnosis, line: int | None = None, time_: str | None = None) -> Event:
-        if self.two_servers():
-            return Event(kind, self.source, TWO_SERVERS, d.last_phase, line, labels=self.labels, diagnosis=d)
-        if self.out_of_scope(d):
-            return Event(kind, self.source, NOT_A_SERVER, d.last_phase, line, labels=self.labels, diagnosis=d)
+        refused = TWO_SERVERS if self.two_servers() else NOT_A_SERVER if self.out_of_scope(d) else None
+        if refused:  # no finding and no change: the source's verdict is not a server's
+            return Event(kind, self.source, refused, d.last_phase, line, labels=self.labels, diagnosis=d)
         p = d.primary
         line = line if line is not None else (p.line if p else None)
         return Event(
