@@ -330,20 +330,21 @@ def _is_exception_line(vh: VocabHit, rec: RecordedHit) -> bool:
 def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
     """One finding per event: the same class on several ranks, or a summary line plus its traceback."""
     groups: list[list[tuple[RecordedHit, Finding]]] = []
+    # a finding joins the first group of its class, source and run that it is near: only those
+    # are tried (a long log has thousands of findings in hundreds of groups)
+    by_key: dict[tuple[str, str, int], list[list[tuple[RecordedHit, Finding]]]] = {}
     for rec, f in raw:
-        for g in groups:
+        same = by_key.setdefault((f.cls, f.source, rec.run), [])
+        for g in same:
             head = g[0][1]
-            if (
-                head.cls == f.cls
-                and head.source == f.source
-                and g[0][0].run == rec.run
-                and abs(f.line - g[-1][1].line) <= MERGE_DISTANCE
-                and (head.severity == f.severity or head.cls != "unknown_error")
+            if abs(f.line - g[-1][1].line) <= MERGE_DISTANCE and (
+                head.severity == f.severity or head.cls != "unknown_error"
             ):
                 g.append((rec, f))
                 break
         else:
             groups.append([(rec, f)])
+            same.append(groups[-1])
     out: list[Finding] = []
     for g in groups:
         _best_rec, best = max(

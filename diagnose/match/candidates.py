@@ -36,11 +36,14 @@ DFA_AFTER = 4 << 20
 # cost this many: then a rebuild (a few milliseconds) pays for itself.
 REBUILD_AFTER = 4096
 # After a rebuild in the middle of a block (a restart revived needles the index lacks), the
-# rest is searched this much at a time: a log that restarts every few lines would otherwise
-# search each block again per restart.
+# rest is searched a window at a time, this much first and twice as much after each window
+# without another rebuild: a log that restarts every few lines would otherwise search each
+# block again per restart, and one that restarts once would pay a call per 16 KiB.
 REFIND_WINDOW = 16 << 10
 TRACK_AUTOMATON_FROM = 4  # tracked needles from which one automaton pass beats an rfind each
+TRACK_WINDOW = 64 << 10  # the last bytes of a block searched first for the latest ready/serving line
 BUILT_KEPT = 16  # indexes kept for reuse, by the set of retired markers they were built without
+HANDLER_SETS_KEPT = 1024  # needle sets whose live handlers are kept (until a handler retires)
 
 
 STRUCTURE = frozenset(STRUCTURE_NEEDLES)
@@ -64,9 +67,9 @@ def _tracks(handler: Any) -> list[tuple[bytes, str]]:
     return []
 
 
-def _window_end(block: bytes, start: int) -> int:
-    """Where a search window that begins at `start` ends: a line's end past REFIND_WINDOW."""
-    nl = block.find(b"\n", start + REFIND_WINDOW)
+def _window_end(block: bytes, start: int, size: int) -> int:
+    """Where a search window that begins at `start` ends: a line's end past `size` bytes."""
+    nl = block.find(b"\n", start + size)
     return len(block) if nl < 0 else nl + 1
 
 
@@ -115,6 +118,7 @@ class NeedleMap:
         # a named choice of markers (see Candidates.retire_markers) -> (them by id, the
         # needles and phases of the ready/serving ones among them)
         self.groups: dict[Hashable, tuple[dict[int, Marker], dict[int, list[tuple[bytes, str]]]]] = {}
+        self.track_indexes: dict[tuple[bytes, ...], Any] = {}  # a phase's retired needles -> their index
 
 
 _MAPS: list[NeedleMap] = []  # the maps of the knowledge this process scans with (most recent last)
@@ -148,6 +152,7 @@ class Candidates:
         # Markers stop being searched once they can tell nothing new (a phase already
         # reached, an engine already decided): a long serving log then has few candidates.
         self.retired: set[int] = set()
+        self._handlers_of: dict[frozenset[str], list[Any]] = {}  # handlers(), while `retired` holds
         self._retired_key: frozenset[int] | None = None  # the set frozen, until it changes
         self.dirty = True
         self._index: Any = None
@@ -164,7 +169,7 @@ class Candidates:
         self.skipped = 0  # dead matches skipped since the last build
         self.lacking = False  # revived handlers whose needles the index no longer holds
         self.track: dict[bytes, str] = {}  # retired ready/serving needles, tracked per block
-        self._track_index: tuple[tuple[bytes, ...], Any, list[str]] | None = None
+        self._track_indexes = shared.track_indexes
         self.builds = 0  # indexes this scan built (not reused): a restart loop must not build one per restart
 
     # --- the index -------------------------------------------------------------------------
@@ -211,7 +216,7 @@ class Candidates:
             observe_live = [
                 n for n in self._observe_only if any(id(h) not in self.retired for h in self.by_needle[n])
             ]
-            index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa)
+            index = make_index([n.encode("utf-8") for n in live], fast_build=not self._dfa, blocks=True)
             self.builds += 1
             built = (index, live, {n: i for i, n in enumerate(live)}, observe_live)
             if len(self._built) >= BUILT_KEPT:
@@ -241,12 +246,14 @@ class Candidates:
         needles, dead = self.needles, self.dead_now() if self._dead_stale else self.dead
         pos = 0  # the first byte not yet taken
         searched = n  # matches cover block[:searched]
+        window = REFIND_WINDOW
         i, nm = 0, len(matches)
         while True:
             if i >= nm:
                 if searched >= n:
                     return pos
-                begin, searched = searched, _window_end(block, searched)
+                window *= 2
+                begin, searched = searched, _window_end(block, searched, window)
                 matches, i = self.find(block, begin, searched), 0
                 nm = len(matches)
                 continue
@@ -271,7 +278,8 @@ class Candidates:
             if pos < n and self.lacking:
                 self.build()
                 needles, dead = self.needles, self.dead
-                searched = _window_end(block, pos)
+                window = REFIND_WINDOW
+                searched = _window_end(block, pos, window)
                 matches, i = self.find(block, pos, searched), 0
                 nm = len(matches)
 
@@ -297,7 +305,17 @@ class Candidates:
         return dead
 
     def handlers(self, found: set[str]) -> list[Any]:
-        """The live rules and markers of these needles, in their file order."""
+        """The live rules and markers of these needles, in their file order (the same needles
+        are asked again and again while the retired handlers stay the same: kept till then)."""
+        key = frozenset(found)
+        out = self._handlers_of.get(key)
+        if out is None:
+            if len(self._handlers_of) >= HANDLER_SETS_KEPT:
+                self._handlers_of.clear()
+            out = self._handlers_of[key] = self._live_handlers(found)
+        return out
+
+    def _live_handlers(self, found: set[str]) -> list[Any]:
         out: list[Any] = []
         seen: set[int] = set()
         for needle in found:
@@ -320,6 +338,7 @@ class Candidates:
     def _retired_more(self, handlers: list[Any]) -> None:
         """What retiring these changes: the index key, its staleness, the needles now dead."""
         self._retired_key = None
+        self._handlers_of.clear()
         self.dirty = True
         self._since_build += handlers
         self._dead_stale = True  # each_line asks again before its next match
@@ -351,6 +370,7 @@ class Candidates:
 
     def revive_phases(self) -> None:
         """A restart: the phase markers (and one-time observations) are needed again."""
+        self._handlers_of.clear()
         for m in self.markers:
             if m.what in ("phases", "observe") and id(m) in self.retired:
                 self.retired.discard(id(m))
@@ -378,22 +398,34 @@ class Candidates:
     def progress(self, block: bytes, last_nl: int, phase_last_line: dict[str, int]) -> None:
         """The last line of the block that says ready or serving (markers retired long ago);
         `last_nl`: the line number of the block's last newline."""
-        last: dict[str, int] = {}
-        if len(self.track) < TRACK_AUTOMATON_FROM:
-            for needle, phase in self.track.items():
-                idx = block.rfind(needle)
-                if idx > last.get(phase, -1):
-                    last[phase] = idx
-        else:  # one pass for all of them: a needle that is absent costs rfind the whole block
-            key = tuple(self.track)
-            if self._track_index is None or self._track_index[0] != key:
-                self._track_index = (key, make_index(list(key)), list(self.track.values()))
-            _, index, phases = self._track_index
-            for m in index.find(block):
-                if m[1] > last.get(phases[m[0]], -1):
-                    last[phases[m[0]]] = m[1]
-        for phase, idx in last.items():
+        by_phase: dict[str, list[bytes]] = {}
+        for needle, phase in self.track.items():
+            by_phase.setdefault(phase, []).append(needle)
+        for phase, needles in by_phase.items():
+            idx = self._last_of(block, needles)
             if idx >= 0:
                 line = last_nl - block.count(b"\n", idx) + 1
                 if line > phase_last_line.get(phase, 0):
                     phase_last_line[phase] = line
+
+    def _last_of(self, block: bytes, needles: list[bytes]) -> int:
+        """Where the last of these needles starts in the block (-1: none). Few needles: an rfind
+        each. More: one index over them, searched from the block's end a window at a time,
+        doubling: a serving log's request lines are in the last few KiB, and only an absent
+        phase costs a pass over the whole block."""
+        if len(needles) < TRACK_AUTOMATON_FROM:
+            return max(block.rfind(x) for x in needles)
+        key = tuple(needles)
+        index = self._track_indexes.get(key)
+        if index is None:
+            if len(self._track_indexes) >= BUILT_KEPT:
+                self._track_indexes.clear()
+            index = self._track_indexes[key] = make_index(needles, blocks=True)
+        hi, size = len(block), TRACK_WINDOW
+        while hi > 0:
+            lo = block.rfind(b"\n", 0, max(hi - size, 0)) + 1  # a line's start: no needle is cut
+            matches = index.find(block[lo:hi])
+            if matches:
+                return lo + max(m[1] for m in matches)
+            hi, size = lo, size * 2
+        return -1

@@ -37,6 +37,8 @@ class ServerState:
         self.engine_scores: dict[str, int] = defaultdict(int)
         self.own_engines: set[str] = set()  # engines whose own entry point's line was seen
         self.decided: str | None = None  # the engine last decided (the others' markers retired)
+        # active_engine() as last worked out (asked on every candidate line; evidence changes it)
+        self._active: tuple[str | None] | None = None
         self.engine_reason: dict[str, str] = {}
         self._reason_weight: dict[str, int] = {}
         self.variant_scores: dict[str, int] = defaultdict(int)
@@ -59,6 +61,11 @@ class ServerState:
     # --- the engine --------------------------------------------------------------------------
 
     def active_engine(self) -> str | None:
+        if self._active is None:
+            self._active = (self._active_now(),)
+        return self._active[0]
+
+    def _active_now(self) -> str | None:
         if self.forced_engine:
             return self.forced_engine
         if not self.engine_scores:
@@ -74,6 +81,7 @@ class ServerState:
         return {e: v for e, v in self.engine_scores.items() if e in own} if own else self.engine_scores
 
     def evidence(self, engine: str, weight: int, line: Line, own: bool = False) -> None:
+        self._active = None
         self.engine_scores[engine] += weight
         first_own = own and engine not in self.own_engines
         if first_own:
