@@ -293,3 +293,51 @@ def test_two_servers_in_one_source_are_refused_not_merged(cli, tmp_path: Path) -
         run([*cli, "scan", "--json", str(FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log")]).stdout
     )
     assert "two_servers" not in alone
+
+
+FAST_JSON_CASES = [
+    '{"message": "INFO 12-04 10:00:00 [core.py:1] ready", "kubernetes": {"pod_name": "a"}}',
+    '{"message": "x", "n": NaN, "i": Infinity}',  # json accepts these, orjson does not
+    '{"message": "x", "big": 123456789012345678901234567890}',  # past 64 bits
+    '{"message": "x", "s": "\\ud800 lone surrogate"}',
+    '{"message": "caf\\u00e9 \\u2603", "dup": 1, "dup": 2}',  # the last duplicate wins in both
+    '{"message": 1.0000000000000002, "e": 1e400}',
+    '{"message": "x", "low": -9223372036854775809, "high": 18446744073709551616, "ok": 9999999999999999999}',
+    '{"message": "x", "inf": 1e400, "tiny": 0.1e-400}',
+    '{"broken": ',
+]
+
+
+def test_fast_json_decodes_as_the_standard_library_does() -> None:
+    from diagnose.fleet.record_shapes import fast_loads
+
+    loads = fast_loads()
+    for text in FAST_JSON_CASES:
+        try:
+            want: Any = json.loads(text)
+        except ValueError:
+            with pytest.raises(ValueError):
+                loads(text)
+            continue
+        got = loads(text)
+        assert repr(got) == repr(want), text  # repr: NaN is not equal to itself
+
+
+def test_records_read_the_same_before_and_after_the_fast_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader switches to orjson after a few thousand JSON records: the records it gives
+    are the same as with the standard library throughout."""
+    import diagnose.fleet.record_shapes as shapes
+
+    lines = [
+        json.dumps(
+            {"message": f"line {i} {t}", "kubernetes": {"pod_name": f"p{i % 7}", "pod_namespace": "n"}}
+        )
+        for i, t in enumerate(FAST_JSON_CASES * 40)
+    ] + FAST_JSON_CASES * 40
+
+    def records(after: int) -> list[tuple[Any, ...]]:
+        monkeypatch.setattr(shapes, "FAST_JSON_AFTER", after)
+        reader = RecordReader()
+        return [(r.source, r.labels, r.lines, r.shape, r.time) for x in lines for r in reader.read(x, "in")]
+
+    assert records(after=10) == records(after=10**9)
