@@ -9,12 +9,14 @@ clock's digits.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from .prefixes import Layout
 
 _CLOCK = re.compile(rb"\d\d:\d\d")  # every timestamp layout holds hours and minutes
 CLOCK_CHUNK = 8 << 10  # bytes searched back at a time for a line with a clock
 CLOCK_TRIES = 16  # lines with a clock's digits tried before taking the block's earlier time
+LINE_BY_LINE = 4  # lines searched one at a time before the rest of a window in one pass
 
 
 def time_before(layout: Layout, source: str, block: bytes, end: int, lines: int = 5) -> str | None:
@@ -57,26 +59,45 @@ class NearestClock:
             return time_before(self.layout, self.source, block, end)
         tries = 0
         hi = end
-        search = _CLOCK.search
         while hi > self._searched and tries < CLOCK_TRIES:
             lo = max(self._searched, hi - CLOCK_CHUNK)
-            pos = hi  # the window's lines from its end: the nearest clock is usually the last line's
-            while pos > lo:
-                start = block.rfind(b"\n", 0, pos - 1) + 1
-                if search(block, max(start, lo), pos) is not None:  # a clock's digits on this line
-                    nl = block.find(b"\n", start, end)
-                    raw = block[start : end if nl < 0 else nl]
-                    ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
-                    if ts:
-                        self._searched, self._time = end, ts
-                        return ts
-                    tries += 1
-                    if tries >= CLOCK_TRIES:
-                        break
-                pos = start
+            for start in self._clock_lines(block, lo, hi):
+                nl = block.find(b"\n", start, end)
+                raw = block[start : end if nl < 0 else nl]
+                ts = self.layout.line(self.source, 0, raw[:300]).timestamp if raw else None
+                if ts:
+                    self._searched, self._time = end, ts
+                    return ts
+                tries += 1
+                if tries >= CLOCK_TRIES:
+                    break
             hi = lo
         self._searched = end
         return self._time
+
+    @staticmethod
+    def _clock_lines(block: bytes, lo: int, hi: int) -> Iterator[int]:
+        """The starts of the lines of block[lo:hi] that hold a clock's digits (in the window),
+        nearest first. The last few lines one by one (a stamped log's last line has its clock);
+        past them, the rest of the window in one search (a traceback's lines have none)."""
+        search = _CLOCK.search
+        pos = hi
+        for _ in range(LINE_BY_LINE):
+            if pos <= lo:
+                return
+            start = block.rfind(b"\n", 0, pos - 1) + 1
+            if search(block, max(start, lo), pos) is not None:
+                yield start
+            pos = start
+        size, last = 1024, -1
+        while pos > lo:  # the rest a stretch at a time, from its end, each twice the last
+            cut = max(lo, block.rfind(b"\n", lo, pos - size) + 1) if pos - size > lo else lo
+            starts = [block.rfind(b"\n", 0, m.start()) + 1 for m in _CLOCK.finditer(block, cut, pos)]
+            for start in reversed(starts):
+                if start != last:
+                    yield start
+                    last = start
+            pos, size = cut, size * 2
 
     def done(self) -> None:
         self._block = b""
