@@ -308,3 +308,31 @@ def test_rules_list_says_what_was_mined(cli) -> None:
     out = p.stdout.decode()
     assert "mined from the engines' own sources" in out
     assert "vllm 0.2.7–0.34.0" in out
+
+
+@pytest.mark.parametrize("name", ["vllm.json", "sglang.json", "torch.json", "llamacpp.json"])
+def test_the_shipped_word_index_finds_what_every_substring_test_finds(name: str) -> None:
+    """After WORD_INDEX_AFTER lines a file answers from the word index its .index.json ships:
+    the same templates, in the same order, as testing every literal on the line."""
+    from pathlib import Path
+
+    from diagnose.knowledge import mined
+
+    root = Path(__file__).resolve().parent.parent
+    lines = [
+        x
+        for p in sorted((root / "fixtures" / "logs").glob("*/*.log"))
+        for x in p.read_text(encoding="utf-8", errors="replace").splitlines()
+        if "Error" in x or "error" in x or "ERROR" in x
+    ]
+    random.Random(3).shuffle(lines)
+    linear = mined.Bundle(os.path.join(MINED, name))
+    indexed = mined.Bundle(os.path.join(MINED, name))
+    indexed._asked = mined.WORD_INDEX_AFTER  # answers from the word index from the first line on
+    found = 0
+    for line in lines[:2000]:
+        linear._asked = 0
+        want = [t.id for t in linear.candidates(line)]
+        assert [t.id for t in indexed.candidates(line)] == want, line
+        found += bool(want)
+    assert found > 5  # lines a template explains were among them

@@ -170,6 +170,7 @@ class Prefilter:
         "_always",
         "_by_literal",
         "_finder",
+        "_possible",
         "_widths",
         "alternatives",
         "ascii",
@@ -200,6 +201,7 @@ class Prefilter:
         self.literals = list(index)
         self.ascii = all(x.isascii() for x in self.literals)
         self._finder: Any = None
+        self._possible: dict[frozenset[int], list[int]] = {}  # literals present -> possible()
         self._always = [i for i, (_, sets) in enumerate(self.alternatives) if not sets]
         self._widths: dict[int, int | None] = {}  # alternative -> its widest match (None: unbounded)
         # literal -> the alternatives whose first (most selective) set holds it
@@ -224,6 +226,15 @@ class Prefilter:
         present = self._finder(hay)
         if not present:
             return self._always
+        # lines hold the same few combinations of literals again and again: each worked out once
+        got = self._possible.get(present)
+        if got is None:
+            if len(self._possible) >= POSSIBLE_KEPT:
+                self._possible.clear()
+            got = self._possible[present] = self._possible_with(present)
+        return got
+
+    def _possible_with(self, present: frozenset[int]) -> list[int]:
         woken: set[int] = set()
         for x in present:
             woken.update(self._by_literal[x])
@@ -265,13 +276,13 @@ class Prefilter:
 
 
 def _finder(literals: list[str]) -> Any:
-    """text -> the set of indexes of the literals in it (overlapping ones included): the
+    """text -> the frozen set of indexes of the literals in it (overlapping ones included): the
     scan's own multi-literal index, on UTF-8 bytes (the str automaton converts every offset to
     a character index, 2× slower)."""
     from .needles import make_index
 
     index = make_index([x.encode() for x in literals])
-    return lambda hay: {m[0] for m in index.find(hay.encode())}
+    return lambda hay: frozenset([m[0] for m in index.find(hay.encode())])
 
 
 # Letters `re` matches to an ASCII letter case-insensitively that `str.lower` leaves non-ASCII
@@ -280,6 +291,7 @@ def _finder(literals: list[str]) -> Any:
 _RE_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s"}
 
 WINDOW_PAD = 8
+POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternatives are kept
 WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 
 
