@@ -244,7 +244,7 @@ def test_the_literal_index_agrees_with_a_full_parse(name: str) -> None:
     path = os.path.join(MINED, name)
     with open(path, encoding="utf-8") as f:
         full = {r["id"]: r for r in json.load(f)["templates"]}
-    from diagnose.knowledge.mined import index_path_of, scan_store
+    from diagnose.knowledge.mined_index import index_path_of, scan_store
 
     with open(index_path_of(path), encoding="utf-8") as f:
         shipped = json.load(f)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from diagnose.base.atomic import atomic_write
-from diagnose.knowledge.mined import write_index
+from diagnose.knowledge.mined_index import write_index
 
 
 def _ranges(seen: list[int], versions: list[str]) -> str:
