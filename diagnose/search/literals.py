@@ -282,7 +282,7 @@ def _finder(literals: list[str]) -> Any:
     from .needles import make_index
 
     index = make_index([x.encode() for x in literals])
-    return lambda hay: frozenset([m[0] for m in index.find(hay.encode())])
+    return lambda hay: frozenset([m[0] for m in index.find(_encoded(hay))])
 
 
 # Letters `re` matches to an ASCII letter case-insensitively that `str.lower` leaves non-ASCII
@@ -313,6 +313,7 @@ def _reads_past(seq: Any) -> bool:
 
 
 _last: list[str] = ["", ""]  # the last text folded and its folding: rules share one line
+_last_long: list[Any] = ["", b""]  # the last long text encoded (a 200 KB dump once, not per rule)
 
 
 def _fold(text: str) -> str:
@@ -322,6 +323,14 @@ def _fold(text: str) -> str:
             folded = text.translate(_RE_FOLDS)  # slow (a dict lookup per character): only when needed
         _last[0], _last[1] = text, folded.lower()
     return _last[1]
+
+
+def _encoded(hay: str) -> bytes:
+    if len(hay) < 4096:
+        return hay.encode()
+    if _last_long[0] is not hay:
+        _last_long[0], _last_long[1] = hay, hay.encode()
+    return _last_long[1]  # type: ignore[no-any-return]
 
 
 _TREES: dict[tuple[str, int], Any] = {}  # pattern -> its parse tree (None: it does not parse)
