@@ -153,23 +153,31 @@ FAST_JSON_AFTER = 4096
 
 def fast_loads() -> Callable[[str], Any]:
     """orjson's loads where it is installed, with the standard library's answer wherever
-    orjson refuses a text json accepts (NaN, lone surrogates) or reads it otherwise (an
-    integer past 64 bits becomes a float there): the same objects either way."""
+    orjson refuses a text json accepts (NaN, infinities, lone surrogates) or may read it
+    otherwise (an integer past 64 bits becomes a float there: a result holding any float is
+    read again by json): the same objects either way."""
     try:
         import orjson
     except ImportError:
         return json.loads
-    fast, long_number = orjson.loads, re.compile(r"\d{19}").search
+    fast = orjson.loads
 
     def loads(text: str) -> Any:
-        if long_number(text):
-            return json.loads(text)
         try:
-            return fast(text)
+            obj = fast(text)
         except ValueError:  # orjson.JSONDecodeError is one
             return json.loads(text)
+        return json.loads(text) if _holds_float(obj) else obj
 
     return loads
+
+
+def _holds_float(obj: Any) -> bool:
+    if isinstance(obj, dict):
+        return any(_holds_float(v) for v in obj.values() if not isinstance(v, str))
+    if isinstance(obj, list):
+        return any(_holds_float(v) for v in obj if not isinstance(v, str))
+    return isinstance(obj, float)
 
 
 class RecordReader:
