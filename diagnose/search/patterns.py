@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 PATTERN_TIMEOUT_S = 0.25
 LONG_LINE = 32 << 10  # characters: longer texts are searched under the timeout
 PREFILTER_AFTER = 4  # searches of a pattern after which its literals are worked out
-GATE_FROM = 2048  # characters from which Hyperscan is asked first whether a match can exist
-GATE_AFTER = 1 << 20  # ... once `re` has searched this many characters of such texts
 
 
 class PatternError(ValueError):
@@ -80,7 +78,7 @@ class ShippedPattern:
     after PREFILTER_AFTER searches, texts without the literals a match needs are not searched,
     and only the alternatives whose literals are there are (literals.py)."""
 
-    __slots__ = ("_alts", "_compiled", "_gate", "_prefilter", "_searches", "_timed")
+    __slots__ = ("_alts", "_compiled", "_prefilter", "_searches", "_timed")
 
     def __init__(self, pattern: str, prefilter: bool = True):
         try:
@@ -92,7 +90,6 @@ class ShippedPattern:
         # literals.Prefilter once built; False where it has no use (or is not wanted)
         self._prefilter: Any = None if prefilter else False
         self._alts: dict[tuple[int, bool], Any] = {}  # (alternative, over LONG_LINE) -> compiled
-        self._gate: Any = 0  # long texts' characters searched, then hyperscan_gate.Gate (or None)
 
     @property
     def pattern(self) -> str:
@@ -136,8 +133,6 @@ class ShippedPattern:
                 possible = pf.possible(hay)
                 if not possible:
                     return None
-                if len(text) >= GATE_FROM and self._cannot_match(len(text), text):
-                    return None
                 if long:
                     return self._search_long(text, hay, possible)
                 if pf.split and len(possible) < len(pf.alternatives):
@@ -145,20 +140,6 @@ class ShippedPattern:
         if long:
             return self._timed_whole().search(text)
         return self._compiled.search(text)
-
-    def _cannot_match(self, n: int, text: str) -> bool:
-        """Hyperscan's verdict on a long text (hyperscan_gate): certainly no match. Built once
-        `re` has searched GATE_AFTER characters of long texts with this pattern (building takes
-        up to 0.1 s: a short log never pays it, a long one soon earns it back)."""
-        gate = self._gate
-        if isinstance(gate, int):
-            if gate + n < GATE_AFTER:
-                self._gate = gate + n
-                return False
-            from .hyperscan_gate import gate_for
-
-            gate = self._gate = gate_for(self._compiled.pattern)
-        return gate is not None and gate.cannot_match(text)
 
     def _timed_whole(self) -> TimedPattern:
         if self._timed is None:
