@@ -57,13 +57,13 @@ class Rule:
 
     def search(self, text: str) -> Any:
         if self.compiled is None:  # validated earlier (cache): compiled on first use
-            self.compiled = _compile(self.pattern, self.shipped)
+            self.compiled = _compile(self.pattern, self.shipped, checked=True)
         return self.compiled.search(text)
 
     def may_match(self, text: str) -> bool:
         """False only where the text lacks the literals every match needs (patterns.py)."""
         if self.compiled is None:
-            self.compiled = _compile(self.pattern, self.shipped)
+            self.compiled = _compile(self.pattern, self.shipped, checked=True)
         may = getattr(self.compiled, "may_match", None)  # a user's pattern: no prefilter
         return True if may is None else bool(may(text))
 

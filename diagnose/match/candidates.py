@@ -164,6 +164,7 @@ class Candidates:
         self.dead: frozenset[int] = frozenset()
         self._since_build: list[Any] = []  # handlers retired since the index was built
         self._dead_stale = False
+        self._dead_upto = 0  # of those, how many `dead` answers for (-1: a revival, ask them all)
         self._observe_live: list[str] = []
         self._dfa = False  # whether the index is the slow-to-build, fast-to-scan kind
         self.skipped = 0  # dead matches skipped since the last build
@@ -203,7 +204,7 @@ class Candidates:
         self.skipped = 0
         self.lacking = False
         self.dirty = False
-        self.dead, self._since_build, self._dead_stale = frozenset(), [], False
+        self.dead, self._since_build, self._dead_stale, self._dead_upto = frozenset(), [], False, 0
         retired = self._retired_now()
         # the first megabytes retire markers quickly: cheap-to-build automata until that settles
         self._dfa = self._fed_by_set.get(retired, 0) >= DFA_AFTER or (retired, True) in self._built
@@ -294,14 +295,17 @@ class Candidates:
         key = (self._index_key, self._retired_now())
         dead = self._dead_by_state.get(key)
         if dead is None:
-            ids = self._ids
-            dead = frozenset(
-                ids[n] for h in self._since_build for n in h.needles if n in ids and not self.live(n)
-            )
+            # retiring only adds dead needles: those of the handlers retired since the last
+            # answer are asked, not all since the build (an engine's decision retires hundreds,
+            # a few at a time); a revival starts the count afresh
+            ids, since = self._ids, self._since_build
+            new = since[self._dead_upto :] if self._dead_upto >= 0 else since
+            base = self.dead if self._dead_upto >= 0 else frozenset()
+            dead = base.union(ids[n] for h in new for n in h.needles if n in ids and not self.live(n))
             if len(self._dead_by_state) >= 64:
                 self._dead_by_state.clear()
             self._dead_by_state[key] = dead
-        self.dead, self._dead_stale = dead, False
+        self.dead, self._dead_stale, self._dead_upto = dead, False, len(self._since_build)
         return dead
 
     def handlers(self, found: set[str]) -> list[Any]:
@@ -375,6 +379,7 @@ class Candidates:
             if m.what in ("phases", "observe") and id(m) in self.retired:
                 self.retired.discard(id(m))
                 self._dead_stale = True
+                self._dead_upto = -1  # needles it had dead may lead somewhere again
                 self._retired_key = None
                 self.dirty = True
                 self.lacking = True  # the next line may already be the new run's: rebuild now

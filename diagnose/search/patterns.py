@@ -78,13 +78,19 @@ class ShippedPattern:
     after PREFILTER_AFTER searches, texts without the literals a match needs are not searched,
     and only the alternatives whose literals are there are (literals.py)."""
 
-    __slots__ = ("_alts", "_compiled", "_prefilter", "_searches", "_timed")
+    __slots__ = ("_alts", "_prefilter", "_re", "_searches", "_source", "_timed")
 
-    def __init__(self, pattern: str, prefilter: bool = True):
-        try:
-            self._compiled = re.compile(pattern)
-        except re.error as e:
-            raise PatternError(str(e)) from None
+    def __init__(self, pattern: str, prefilter: bool = True, checked: bool = False):
+        """`checked`: the pattern compiled cleanly before (the validated-data cache), so it is
+        compiled on its first search: a line its literals rule out never pays for it (a
+        vocabulary's alternation is milliseconds to compile, its literals a fraction)."""
+        self._source = pattern
+        self._re: re.Pattern[str] | None = None
+        if not checked:
+            try:
+                self._re = re.compile(pattern)
+            except re.error as e:
+                raise PatternError(str(e)) from None
         self._timed: TimedPattern | None = None
         self._searches = 0
         # literals.Prefilter once built; False where it has no use (or is not wanted)
@@ -92,8 +98,14 @@ class ShippedPattern:
         self._alts: dict[tuple[int, bool], Any] = {}  # (alternative, over LONG_LINE) -> compiled
 
     @property
+    def _compiled(self) -> re.Pattern[str]:
+        if self._re is None:
+            self._re = re.compile(self._source)
+        return self._re
+
+    @property
     def pattern(self) -> str:
-        return self._compiled.pattern
+        return self._source
 
     @property
     def groupindex(self) -> dict[str, int]:
@@ -106,7 +118,7 @@ class ShippedPattern:
     def _built_prefilter(self) -> Any:
         from .literals import Prefilter
 
-        pf = Prefilter(self._compiled.pattern)
+        pf = Prefilter(self._source)
         self._prefilter = pf = pf if pf.useful else False
         return pf
 
@@ -143,7 +155,7 @@ class ShippedPattern:
 
     def _timed_whole(self) -> TimedPattern:
         if self._timed is None:
-            self._timed = timed_pattern(self._compiled.pattern)
+            self._timed = timed_pattern(self._source)
         return self._timed
 
     def _alternative(self, i: int, timed: bool) -> Any:
@@ -204,11 +216,14 @@ def timed_pattern(pattern: str) -> TimedPattern:
         raise PatternError(str(e)) from None
 
 
-def compile_pattern(pattern: str, shipped: bool, prefilter: bool = True) -> ShippedPattern | TimedPattern:
+def compile_pattern(
+    pattern: str, shipped: bool, prefilter: bool = True, checked: bool = False
+) -> ShippedPattern | TimedPattern:
     """A compiled pattern with `.search(text)` and `.groupindex`; PatternError if it does not
     compile. `prefilter=False`: a pattern searched only in lines chosen for it (it nearly always
-    matches there, so looking for its literals first is only cost)."""
-    return ShippedPattern(pattern, prefilter) if shipped else timed_pattern(pattern)
+    matches there, so looking for its literals first is only cost). `checked`: it compiled when
+    its file validated (a shipped one is then compiled on its first search)."""
+    return ShippedPattern(pattern, prefilter, checked) if shipped else timed_pattern(pattern)
 
 
 def compile_checked(
