@@ -246,22 +246,32 @@ def test_read_metrics_of_text_that_is_not_prometheus_is_empty():  # type: ignore
 def test_an_unchanged_server_shows_no_regression_in_20_of_20_runs(tmp_path):  # type: ignore[no-untyped-def]
     """The run-to-run noise (past the knee a p99 of 16 requests moves by half with one queueing
     round more or less) is judged, not reported: the floor, the bootstrap within the run and
-    the repeats between runs. The same comparison still catches a fifth slower."""
+    the repeats between runs. The same comparison still catches a fifth slower.
+
+    What is under test is that judgement, not this machine's drift: a shared 2-CPU machine
+    slows by a third for minutes at a time, which moves a baseline taken a minute earlier past
+    any guard (the full suite failed here once each way). So the baseline is taken again every
+    five runs, and right before the slower server is compared."""
     base = tmp_path / "sweep.json"
     with BatchingStub(slots=4) as stub:
 
         def repeat(c):  # type: ignore[no-untyped-def]
             return run_sweep(stub.url, "stub-model", [c], "hi", 32).steps[0]
 
-        save_sweep(
-            run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32), str(base), stub.url, "stub-model"
-        )
+        def baseline() -> None:
+            save_sweep(
+                run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32), str(base), stub.url, "stub-model"
+            )
+
         flagged = []
-        for _ in range(20):
+        for i in range(20):
+            if i % 5 == 0:
+                baseline()
             again = run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32)
             compare_sweep(again, str(base), 0.15, repeat)
             flagged += again.regressions
         assert flagged == []
+        baseline()
         stub.slow = 1.2
         slower = run_sweep(stub.url, "stub-model", [1, 2, 4, 8], "hi", 32)
         compare_sweep(slower, str(base), 0.15, repeat)
