@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,13 @@ FIXTURES = ROOT / "fixtures"
 SHARED = ROOT.parent / "shared"
 REAL_LOGS = SHARED / "real-logs"
 REFERENCE = SHARED / "reference"
+
+
+def interruptible() -> None:
+    """A child's preexec_fn: Ctrl-C reaches it as a terminal would deliver it, even when this
+    test run was started with SIGINT ignored (a background job of a non-interactive shell,
+    `cmd &`, passes that on to every process it starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(cmd, stdin=None, env=None, **kw) -> subprocess.CompletedProcess[bytes]:

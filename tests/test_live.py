@@ -15,7 +15,7 @@ import pytest
 
 from diagnose.live.follow import Follower
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, interruptible
 
 LOGS = FIXTURES / "logs"
 
@@ -31,13 +31,6 @@ with open(dst, "ab", buffering=0) as out:
         out.write(line)
         time.sleep(pause)
 """
-
-
-def interruptible() -> None:
-    """Ctrl-C reaches the child as a terminal would deliver it, even when this test run was
-    started with SIGINT ignored (a background job of a non-interactive shell, `cmd &`, passes
-    that on to every process it starts)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def writer(src, dst, pause=0.002, stop_after=0):

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .conftest import FIXTURES, ROOT
+from .conftest import FIXTURES, ROOT, interruptible
 
 HEALTHY = FIXTURES / "logs" / "vllm" / "healthy-v1-serving.log"
 
@@ -50,10 +50,6 @@ def _run_replay(cli: list[str], tmp_path: Path, options: list[str]) -> subproces
     return subprocess.run(cmd, capture_output=True, timeout=60, cwd=ROOT)
 
 
-def _interruptible() -> None:  # the test's child gets the default SIGINT back
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _wait_for(proc: subprocess.Popen[bytes], path: Path, needle: bytes, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -80,7 +76,7 @@ def test_ctrl_c_is_answered_and_escalates_to_sigkill(cli, tmp_path: Path) -> Non
         "--ignore",
     ]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env, preexec_fn=_interruptible
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env, preexec_fn=interruptible
     )
     try:
         _wait_for(proc, log, b"GET /health")

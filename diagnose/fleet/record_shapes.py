@@ -147,7 +147,7 @@ def _otlp_labels(attrs: dict[str, Any]) -> dict[str, str]:
 
 
 # JSON records read by the standard library before orjson is imported (20 ms: a short input
-# never pays it; a pipeline's stream decodes ~4x faster with it, a third of its per-record cost)
+# never pays it; with it and its guard a record decodes in 1.8 us instead of 2.9)
 FAST_JSON_AFTER = 4096
 
 

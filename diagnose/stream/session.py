@@ -169,15 +169,10 @@ class StreamSession:
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if self._partial or self.closed or b"\n" in raw:
             return self.feed(raw if raw.endswith(b"\n") else raw + b"\n")
-        # one line, nothing pending: queued here, its newline apart (the block is joined once)
-        self.last_active = now = self.clock()
+        # the common case, without feed()'s cutting: one line, nothing pending before it
+        self.last_active = self.clock()
         self._fed += 1
-        pending = self._pending
-        if not pending:
-            self._pending_since = now
-        pending += (raw, b"\n")
-        self._pending_bytes += len(raw) + 1
-        return self.flush() if self._pending_bytes >= FEED_BYTES else []
+        return self._queue(raw, b"\n")
 
     def _mark_time(self, at: str | int) -> None:
         """The record time from the next line on; bounded: beyond 4,096 changes every other one
@@ -200,13 +195,16 @@ class StreamSession:
         i = bisect_right(self._times, line, key=lambda t: t[0])
         return utc_time(self._times[i - 1][1]) if i else None
 
-    def _queue(self, whole: bytes) -> list[Event]:
-        """Whole lines to scan with the next block (feed_line queues its one line itself)."""
+    def _queue(self, whole: bytes, newline: bytes = b"") -> list[Event]:
+        """Whole lines to scan with the next block (`newline`: the one a single line lacks, kept
+        apart: the block is joined once, a line not copied to add it)."""
         pending = self._pending
         if not pending:
             self._pending_since = self.last_active
         pending.append(whole)
-        self._pending_bytes += len(whole)
+        if newline:
+            pending.append(newline)
+        self._pending_bytes += len(whole) + len(newline)
         return self.flush() if self._pending_bytes >= FEED_BYTES else []
 
     def flush(self) -> list[Event]:
