@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.search import patterns
+from diagnose.search import literals, patterns
 from diagnose.search.literals import Prefilter, can_start_with, required, top_alternatives
 from diagnose.search.patterns import ShippedPattern
 
@@ -73,12 +73,20 @@ def test_every_shipped_pattern_gives_the_same_match_on_its_examples(know, prefil
 
 
 @pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
-@pytest.mark.parametrize("long_from", [patterns.LONG_LINE, 120], ids=["as-shipped", "windows-from-120"])
+@pytest.mark.parametrize(
+    ("long_from", "windowed_from"),
+    [(patterns.LONG_LINE, patterns.WINDOWED_FROM), (120, 120), (patterns.LONG_LINE, 0)],
+    ids=["as-shipped", "timed-windows-from-120", "windows-on-every-line"],
+)
 def test_every_shipped_pattern_gives_the_same_match_on_every_real_line_it_wakes(
-    know, prefilter_at_once, monkeypatch, long_from
+    know, prefilter_at_once, monkeypatch, long_from, windowed_from
 ):
-    """With the long-line limit lowered, most lines take the windowed path: the same matches."""
+    """With the limits lowered, most lines take the windowed path (on `regex` under the
+    timeout, or on `re`): the same matches."""
     monkeypatch.setattr(patterns, "LONG_LINE", long_from)
+    monkeypatch.setattr(patterns, "WINDOWED_FROM", windowed_from)
+    if windowed_from == 0:  # and every text's literals found by the long texts' presence test
+        monkeypatch.setattr(literals, "LONG_TEXT", 0)
     import ahocorasick_rs
 
     lines: list[str] = []
@@ -154,9 +162,32 @@ _WORDS = [
 )
 def test_generated_text_gives_the_same_match(text, pattern):
     plain = re.compile(pattern)
-    sp = ShippedPattern(pattern)
-    sp._prefilter = Prefilter(pattern)  # at once, without the fixture (hypothesis reruns the body)
-    assert _same(plain, sp, text)
+    for windowed_from in (patterns.WINDOWED_FROM, 0):  # (hypothesis reruns the body: no fixture)
+        sp = ShippedPattern(pattern)
+        sp._prefilter = Prefilter(pattern)  # at once
+        saved, patterns.WINDOWED_FROM = patterns.WINDOWED_FROM, windowed_from
+        try:
+            assert _same(plain, sp, text), windowed_from
+        finally:
+            patterns.WINDOWED_FROM = saved
+
+
+def test_an_unbounded_alternative_is_searched_in_the_run_around_its_literal():
+    """`\\w* (?:the )?tokenizer` can start anywhere before its literal, but only within the
+    run of characters it can hold: the window ends at the comma and the quote around it."""
+    pf = Prefilter(r"(?i)(?:load|find|open)\w* (?:the )?tokenizer|tokenizer\S* not found")
+    text = "x" * 3000 + ", tokenizer_path='Qwen/Qwen2.5-7B', Loading the Tokenizer now" + "y" * 3000
+    hay = text.lower()
+    (lo, hi), (lo2, hi2) = pf.windows(0, hay, text)  # type: ignore[misc]
+    assert text[lo + 8 : hi - 8] == " tokenizer_path"  # (WINDOW_PAD each side)
+    assert text[lo2 + 8 : hi2] == " Loading the Tokenizer now" + "y" * 3000  # (to the end)
+    # `\\S*` and a space hold every character but tabs and the like: the run is the line
+    full = text + " tokenizer.json not found"
+    assert pf.windows(1, full.lower(), full) == [(0, len(full))]
+    assert Prefilter(r"tokenizer.* not found").windows(0, hay, text) is None  # `.`: no edge at all
+    sp = ShippedPattern(r"(?i)(?:load|find|open)\w* (?:the )?tokenizer|tokenizer\S* not found")
+    sp._prefilter = pf
+    assert sp.search(text).group(0) == "Loading the Tokenizer"  # type: ignore[union-attr]
 
 
 def _real_lines() -> list[str]:
@@ -221,3 +252,22 @@ def test_first_character_choice_on_generated_text(text):
         m = p.match(text)
         if m and m.end():
             assert can_start_with(p, text[0]), p.pattern
+
+
+def test_a_non_ascii_text_is_folded_where_an_ascii_literal_can_be():
+    """A non-ASCII text has only its ASCII letters lowered (and the letters `re` folds into
+    ASCII ones mapped): every character no ASCII literal can match stays as it is, the offsets
+    stay, and the ASCII characters are those full lowering gives. No other code point lowers
+    to, or is matched by `re` as, an ASCII letter."""
+    import sys
+
+    every = "".join(chr(c) for c in range(128, sys.maxunicode + 1) if not 0xD800 <= c < 0xE000)
+    assert {ord(c) for c in re.findall(r"(?i)[a-z]", every)} == set(literals._ASCII_FOLDS)
+    assert {ord(c) for c in every if any(x.isascii() for x in c.lower())} <= set(literals._ASCII_FOLDS)
+    text = "KELVIN \u212a İSTANBUL lınk proceſs Straße ΣΊΣΥΦΟΣ — out of MEMORY \udc80 ok"
+    folded = literals._fold(text)
+    assert len(folded) == len(text)
+    full = text.translate(literals._ASCII_FOLDS).lower()
+    # offset by offset: the same ASCII character, or a non-ASCII one in both
+    assert all(a == b or not (a.isascii() or b.isascii()) for a, b in zip(folded, full, strict=True))
+    assert "out of memory" in folded and "kelvin k istanbul link process" in folded

@@ -14,7 +14,7 @@ from diagnose.match import candidates
 from diagnose.match.candidates import needle_map
 from diagnose.outputs.json_report import render
 from diagnose.pipeline.scan import scan_paths
-from diagnose.search.needles import AhoCorasickIndex, FindIndex, HyperscanIndex, make_index
+from diagnose.search.needles import AhoCorasickIndex, FindIndex, HyperscanIndex, HyperscanPresence, make_index
 
 hyperscan = pytest.importorskip("hyperscan", reason="no hyperscan wheel for this platform")
 
@@ -54,6 +54,19 @@ def test_every_index_finds_the_same_matches_in_real_logs(needles: list[bytes], r
     ends = _by_end(hs, lens)
     assert ends == sorted(ends)  # by end offset, as the Aho-Corasick automaton reports them
     assert all(real_bytes[s:e] == needles[i] for i, s, e in hs)
+
+
+def test_the_presence_test_tells_the_needles_every_index_finds(
+    needles: list[bytes], real_bytes: bytes
+) -> None:
+    """Hyperscan's presence test (each needle once) names exactly the needles found, on every
+    fixture log's bytes and on their concatenation; nested and overlapping needles too."""
+    hs = HyperscanPresence(needles)
+    for data in [real_bytes, *(p.read_bytes() for p in LOGS)]:
+        assert hs.present(data) == {m[0] for m in FindIndex(needles).find(data)}
+    assert HyperscanPresence([b"model loaded", b"main: model loaded", b"aa", b"zz"]).present(
+        b"x main: model loaded\naaa\n"
+    ) == {0, 1, 2}
 
 
 def test_overlapping_and_nested_needles() -> None:

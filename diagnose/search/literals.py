@@ -169,6 +169,7 @@ class Prefilter:
     __slots__ = (
         "_always",
         "_by_literal",
+        "_edges",
         "_finder",
         "_possible",
         "_widths",
@@ -204,6 +205,7 @@ class Prefilter:
         self._possible: dict[frozenset[int], list[int]] = {}  # literals present -> possible()
         self._always = [i for i, (_, sets) in enumerate(self.alternatives) if not sets]
         self._widths: dict[int, int | None] = {}  # alternative -> its widest match (None: unbounded)
+        self._edges: dict[int, Any] = {}  # alternative -> characters no match of it holds (edges())
         # literal -> the alternatives whose first (most selective) set holds it
         self._by_literal: list[list[int]] = [[] for _ in self.literals]
         for i, (_, sets) in enumerate(self.alternatives):
@@ -249,21 +251,47 @@ class Prefilter:
             self._widths[i] = _width(self.alternatives[i][0])
         return self._widths[i]
 
-    def windows(self, i: int, hay: str) -> list[tuple[int, int]] | None:
+    def edges(self, i: int) -> Any:
+        """A pattern for the ASCII characters no match of alternative i can hold (None where
+        every one may, or the alternative reads past its match): an unbounded alternative built
+        of character classes (`\\w* tokenizer`) still stays inside the run of other characters
+        around its literal."""
+        if i not in self._edges:
+            self._edges[i] = _edge_chars(self.alternatives[i][0])
+        return self._edges[i]
+
+    def windows(self, i: int, hay: str, text: str) -> list[tuple[int, int]] | None:
         """Stretches of the text that hold every match of alternative i: around each occurrence
-        of its first set's literals, as wide as a match can be (and WINDOW_PAD more for a word
-        boundary); None where no such stretch can be told (unbounded width, no literal)."""
+        of its first set's literals, as wide as a match can be, or where that is unbounded, the
+        run around it of characters a match can hold (and WINDOW_PAD more on each side for a
+        word boundary); None where no such stretch can be told (no literal, no edge)."""
         width = self.width(i)
         sets = self.alternatives[i][1]
-        if width is None or not sets:
+        if not sets:
             return None
+        edges = None
+        if width is None:
+            edges = self.edges(i)
+            if edges is None:
+                return None
+            rev = _reversed(text)
         spans: list[tuple[int, int]] = []
-        n = len(hay)
+        n = len(hay)  # the text's length too: folding keeps every character one character
         for x in sets[0]:
             lit = self.literals[x]
             at = hay.find(lit)
             while at >= 0:
-                spans.append((max(0, at - width - WINDOW_PAD), min(n, at + len(lit) + width + WINDOW_PAD)))
+                if edges is None:
+                    spans.append(
+                        (max(0, at - width - WINDOW_PAD), min(n, at + len(lit) + width + WINDOW_PAD))
+                    )  # type: ignore[operator]
+                else:
+                    # the edges are read on the text itself (ASCII characters, tested with `re`)
+                    right = edges.search(text, at + len(lit))
+                    left = edges.search(rev, n - at)
+                    lo = 0 if left is None else n - left.start()
+                    hi = n if right is None else right.start()
+                    spans.append((max(0, lo - WINDOW_PAD), min(n, hi + WINDOW_PAD)))
                 at = hay.find(lit, at + 1)
         spans.sort()
         merged: list[tuple[int, int]] = []
@@ -278,17 +306,34 @@ class Prefilter:
 def _finder(literals: list[str]) -> Any:
     """text -> the frozen set of indexes of the literals in it (overlapping ones included): the
     scan's own multi-literal index, on UTF-8 bytes (the str automaton converts every offset to
-    a character index, 2× slower)."""
-    from .needles import make_index
+    a character index, 2× slower); on a text of LONG_TEXT bytes or more, Hyperscan's presence
+    test where it runs (Aho-Corasick reports every match: hundreds on a request dump)."""
+    from .needles import make_index, make_presence
 
-    index = make_index([x.encode() for x in literals])
-    return lambda hay: frozenset([m[0] for m in index.find(_encoded(hay))])
+    encoded = [x.encode() for x in literals]
+    index = make_index(encoded)
+    presence: list[Any] = []  # built on the first long text
+
+    def find(hay: str) -> frozenset[int]:
+        data = _encoded(hay)
+        if len(data) >= LONG_TEXT:
+            if not presence:
+                presence.append(make_presence(encoded))
+            if presence[0] is not None:
+                return presence[0].present(data)  # type: ignore[no-any-return]
+        return frozenset([m[0] for m in index.find(data)])
+
+    return find
 
 
-# Letters `re` matches to an ASCII letter case-insensitively that `str.lower` leaves non-ASCII
-# (re/_casefix.py's extra cases for i and s, and U+0130, which lowers to two characters): with
-# them mapped first, a lowered text holds a folded ASCII literal wherever `re` would match it.
-_RE_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s"}
+LONG_TEXT = 16 << 10  # bytes from which a text's literals are found by Hyperscan where it runs
+
+
+# The non-ASCII letters `re` matches to an ASCII letter case-insensitively (re/_casefix.py's
+# extra cases for i and s, U+0130, and the Kelvin sign; no other letter does, nor lowers to an
+# ASCII one): with them mapped first and the ASCII letters lowered, a text holds a folded
+# ASCII literal wherever `re` would match it.
+_ASCII_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 
 WINDOW_PAD = 8
 POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternatives are kept
@@ -312,17 +357,100 @@ def _reads_past(seq: Any) -> bool:
     )
 
 
-_last: list[str] = ["", ""]  # the last text folded and its folding: rules share one line
+_CATEGORY_CLASSES = {
+    C.CATEGORY_DIGIT: r"\d",
+    C.CATEGORY_NOT_DIGIT: r"\D",
+    C.CATEGORY_SPACE: r"\s",
+    C.CATEGORY_NOT_SPACE: r"\S",
+    C.CATEGORY_WORD: r"\w",
+    C.CATEGORY_NOT_WORD: r"\W",
+}
+
+
+def _edge_chars(pattern: str) -> Any:
+    """A character class of the ASCII characters no match of the pattern consumes, each tested
+    with `re` itself against what the pattern's parts consume (case-folded where any part is);
+    None where there is none or the pattern reads past its match."""
+    tree = _parse(pattern)
+    if tree is None or _reads_past(tree.data):
+        return None
+    parts: list[str] = []
+    if not _consumers(tree.data, parts) or not parts:
+        return None
+    fold = bool(tree.state.flags & re.IGNORECASE) or _changes_case(tree.data)
+    one = re.compile(("(?i)" if fold else "") + "(?:" + "|".join(parts) + ")")
+    edge = [c for c in map(chr, range(128)) if c != "\n" and not one.fullmatch(c)]
+    return re.compile("[" + "".join(_char(ord(c)) for c in edge) + "]") if edge else None
+
+
+def _consumers(seq: Any, parts: list[str]) -> bool:
+    """Each part of the sequence that consumes a character, as a one-character pattern; False
+    where one cannot be written."""
+    for op, av in seq:
+        if op is C.LITERAL:
+            parts.append(_char(av))
+        elif op is C.NOT_LITERAL:
+            parts.append("[^" + _char(av) + "]")
+        elif op is C.ANY:
+            parts.append("[^\\n]")  # `(?s)` would add the newline, which no line holds
+        elif op is C.IN:
+            got = _set(av)
+            if got is None:
+                return False
+            parts.append(got)
+        elif op is C.AT:
+            continue  # zero width: what it reads next to the match is within WINDOW_PAD
+        elif op in (C.SUBPATTERN, C.ATOMIC_GROUP, C.BRANCH, *_REPEATS):
+            if not all(_consumers(child, parts) for child in _children(op, av)):
+                return False
+        else:
+            return False
+    return True
+
+
+def _set(items: Any) -> str | None:
+    out = []
+    for op, av in items:
+        if op is C.NEGATE:
+            out.insert(0, "^")
+        elif op is C.LITERAL:
+            out.append(_char(av))
+        elif op is C.RANGE:
+            out.append(_char(av[0]) + "-" + _char(av[1]))
+        elif op is C.CATEGORY and av in _CATEGORY_CLASSES:
+            out.append(_CATEGORY_CLASSES[av])
+        else:
+            return None
+    return "[" + "".join(out) + "]"
+
+
+def _char(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+_last: list[str] = ["", "", "", ""]  # the last two texts folded and their foldings: rules share one line
 _last_long: list[Any] = ["", b""]  # the last long text encoded (a 200 KB dump once, not per rule)
+_last_reversed: list[str] = ["", ""]  # the last text reversed (its runs' left edges, for every rule)
 
 
 def _fold(text: str) -> str:
-    if _last[0] is not text:
-        folded = text
-        if not text.isascii() and any(chr(c) in text for c in _RE_FOLDS):
-            folded = text.translate(_RE_FOLDS)  # slow (a dict lookup per character): only when needed
-        _last[0], _last[1] = text, folded.lower()
-    return _last[1]
+    if _last[0] is text:
+        return _last[1]
+    if _last[2] is text:  # a line's text and its message alternate: two are kept
+        return _last[3]
+    if text.isascii():
+        folded = text.lower()
+    else:
+        # only an ASCII literal is looked for in a non-ASCII text (haystack()): its ASCII
+        # letters lowered, and the four letters `re` folds into ASCII ones mapped, hold it
+        # wherever `re` matches it, at the same offsets (str.lower of a 200 KB non-ASCII
+        # request dump takes ~0.9 ms; this, a few hundred microseconds)
+        # (translate is slow, a dict lookup per character: only where one of them is there)
+        mapped = text.translate(_ASCII_FOLDS) if any(chr(c) in text for c in _ASCII_FOLDS) else text
+        folded = mapped.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
+    _last[2], _last[3] = _last[0], _last[1]
+    _last[0], _last[1] = text, folded
+    return folded
 
 
 def _encoded(hay: str) -> bytes:
@@ -331,6 +459,12 @@ def _encoded(hay: str) -> bytes:
     if _last_long[0] is not hay:
         _last_long[0], _last_long[1] = hay, hay.encode()
     return _last_long[1]  # type: ignore[no-any-return]
+
+
+def _reversed(text: str) -> str:
+    if _last_reversed[0] is not text:
+        _last_reversed[0], _last_reversed[1] = text, text[::-1]
+    return _last_reversed[1]
 
 
 _TREES: dict[tuple[str, int], Any] = {}  # pattern -> its parse tree (None: it does not parse)

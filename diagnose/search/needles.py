@@ -80,6 +80,50 @@ class HyperscanIndex:
         return out
 
 
+class HyperscanPresence:
+    """Which needles occur in a long text, each told once (Hyperscan's SINGLEMATCH): a pattern's
+    literal test on a 200 KB request dump in ~70 us where Aho-Corasick, reporting every one of
+    its hundreds of matches, takes ~450 us. Built in under a millisecond."""
+
+    def __init__(self, needles: Sequence[bytes]):
+        import hyperscan
+
+        self._hs = hyperscan
+        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(needles)
+        try:
+            self._db.compile(
+                expressions=list(needles), ids=list(range(len(needles))), flags=flags, literal=True
+            )
+        except hyperscan.error as e:
+            raise ImportError(f"hyperscan cannot build here: {e}") from e
+        self._local = threading.local()
+
+    def present(self, data: bytes) -> frozenset[int]:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        out: list[int] = []
+        add = out.append
+
+        def on_match(nid: int, _from: int, _end: int, _flags: int, _context: object) -> None:
+            add(nid)
+
+        self._db.scan(data, match_event_handler=on_match, scratch=scratch)
+        return frozenset(out)
+
+
+def make_presence(needles: Sequence[bytes]) -> HyperscanPresence | None:
+    """A presence test for long texts where Hyperscan runs here (None elsewhere, or with
+    DIAGNOSE_NO_HYPERSCAN=1 / DIAGNOSE_PURE=1: the caller's index answers the same)."""
+    if not needles or "1" in (os.environ.get("DIAGNOSE_PURE"), os.environ.get("DIAGNOSE_NO_HYPERSCAN")):
+        return None
+    try:
+        return HyperscanPresence(needles)
+    except ImportError:
+        return None
+
+
 class FindIndex:
     """Pure Python: one C-level `bytes.find` sweep per needle."""
 

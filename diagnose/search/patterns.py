@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 PATTERN_TIMEOUT_S = 0.25
 LONG_LINE = 32 << 10  # characters: longer texts are searched under the timeout
 PREFILTER_AFTER = 4  # searches of a pattern after which its literals are worked out
+# characters from which a text's possible alternatives are searched only around their literals
+# (below, a window's bookkeeping costs more than `re` reading the whole text)
+WINDOWED_FROM = 1024
 
 
 class PatternError(ValueError):
@@ -145,9 +148,12 @@ class ShippedPattern:
                 possible = pf.possible(hay)
                 if not possible:
                     return None
-                if long:
-                    return self._search_long(text, hay, possible)
-                if pf.split and len(possible) < len(pf.alternatives):
+                fewer = pf.split and len(possible) < len(pf.alternatives)
+                if long or len(text) >= WINDOWED_FROM:
+                    found = self._search_windows(text, hay, possible, long, fewer)
+                    if found is not _WHOLE:
+                        return found
+                elif fewer:
                     return self._search_alternatives(text, possible)
         if long:
             return self._timed_whole().search(text)
@@ -170,17 +176,28 @@ class ShippedPattern:
         found = (self._alternative(i, False).search(text) for i in possible)
         return _match_at_earliest(self._compiled, text, [m.start() for m in found if m is not None])
 
-    def _search_long(self, text: str, hay: str, possible: list[int]) -> Any:
-        """An over-long line: each possible alternative searched only in the windows around
-        its literals (a few hundred characters each, on `re`); the whole pattern then matched
-        once, under the timeout, where the earliest starts."""
-        starts = (self._first_start_long(i, text, hay) for i in possible)
-        return _match_at_earliest(self._timed_whole(), text, [s for s in starts if s is not None])
+    def _search_windows(self, text: str, hay: str, possible: list[int], long: bool, fewer: bool) -> Any:
+        """A long text: each possible alternative searched only in the windows around its
+        literals (a few hundred characters each, on `re`), the whole pattern then matched once
+        where the earliest starts (under the timeout on an over-long line). _WHOLE where a
+        search of the whole pattern costs less: a text under LONG_LINE where some alternative
+        has no window and none is ruled out."""
+        pf = self._prefilter
+        windows = [pf.windows(i, hay, text) for i in possible]
+        if not long and not fewer and None in windows:
+            return _WHOLE
+        starts = []
+        for i, w in zip(possible, windows, strict=True):
+            s = self._first_start(i, text, w, long)
+            if s is not None:
+                starts.append(s)
+        return _match_at_earliest(self._timed_whole() if long else self._compiled, text, starts)
 
-    def _first_start_long(self, i: int, text: str, hay: str) -> int | None:
-        windows = self._prefilter.windows(i, hay)
-        if windows is None:  # unbounded: the alternative on the whole line, under the timeout
-            m = self._alternative(i, True).search(text)
+    def _first_start(
+        self, i: int, text: str, windows: list[tuple[int, int]] | None, long: bool
+    ) -> int | None:
+        if windows is None:  # no window: the alternative on the whole text
+            m = self._alternative(i, long).search(text)
             return None if m is None else int(m.start())
         for lo, hi in windows:
             pat = self._alternative(i, hi - lo > LONG_LINE)
@@ -194,6 +211,9 @@ class ShippedPattern:
                     return int(m.start())
                 pos = m.start() + 1
         return None
+
+
+_WHOLE = object()  # _search_windows: search the whole pattern instead
 
 
 def _match_at_earliest(whole: Any, text: str, starts: list[int]) -> Any:
