@@ -190,6 +190,38 @@ def test_sampler_is_bounded_spread_and_keeps_the_latest():  # type: ignore[no-un
     assert s.seen == 100_000
 
 
+def test_a_blocks_stats_lines_are_sampled_as_one_at_a_time():  # type: ignore[no-untyped-def]
+    """`collect` picks a block's kept lines by arithmetic: the same points, count and latest as
+    `take` asked line by line, across blocks of any size and lines holding two wordings."""
+    import random
+
+    needles = [b"Avg prompt throughput", b"KV cache usage"]
+    rng = random.Random(7)
+    lines = [
+        rng.choice(
+            [
+                b"Avg prompt throughput: 1 KV cache usage: 2% KV cache usage: 0%",
+                b"noise",
+                b"KV cache usage: 5%",
+            ]
+        )
+        for _ in range(5_000)
+    ]
+    ref = SeriesSampler()
+    for number, raw in enumerate(lines, 1):
+        if any(n in raw for n in needles):
+            if ref.take():
+                ref.keep("log", number, raw)
+            ref.last("log", number, raw)
+    got, base, i = SeriesSampler(), 0, 0
+    while i < len(lines):
+        k = rng.choice([1, 3, 50, 700])
+        got.collect(b"\n".join(lines[i : i + k]) + b"\n", base, "log", needles)
+        base, i = base + len(lines[i : i + k]), i + k
+    assert (got.points, got.seen, got.latest, got.stride) == (ref.points, ref.seen, ref.latest, ref.stride)
+    assert got.stride > 1  # the sample filled and thinned on the way
+
+
 def test_scanner_series_has_the_right_line_numbers_and_stays_flat(know):  # type: ignore[no-untyped-def]
     scanner = Scanner(know.rules, know.profiles)
     scanner.set_source("big.log")

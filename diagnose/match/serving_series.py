@@ -105,9 +105,14 @@ class SeriesSampler:
             nl = block.find(b"\n", at)
             return line + 1, block[start : n if nl < 0 else nl]
 
-        for at in hits:
-            if self.take():
-                self.keep(source, *read(at))
+        # the hits `take` would want, by arithmetic: hit i is the stats line seen0 + i + 1, kept
+        # where (seen0 + i) % stride is 0, with the stride as it stands after each keep
+        seen0, i = self.seen, -self.seen % self.stride
+        while i < len(hits):
+            self.keep(source, *read(hits[i]))
+            i += 1
+            i += -(seen0 + i) % self.stride
+        self.seen = seen0 + len(hits)
         number, raw = read(hits[-1])
         self.last(source, number, raw)
 
