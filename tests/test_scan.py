@@ -210,7 +210,7 @@ def test_a_traceback_whose_exception_line_never_comes_ends_before_later_errors(t
 
 def test_lines_only_broad_class_words_woke_are_not_even_split(know):
     """'checkpoint' wakes the weights vocabulary; a progress line holding none of the literals
-    its patterns need is dropped after decoding, before the prefix layers are tried."""
+    its patterns need is dropped before the prefix layers are tried (an ASCII one undecoded)."""
     from diagnose.match.scanner import Scanner
 
     sc = Scanner(know.rules, know.profiles)
@@ -224,6 +224,33 @@ def test_lines_only_broad_class_words_woke_are_not_even_split(know):
     assert sc.layout._splits[0] - before < 21  # a line its literals could match is read as before
     res = sc.finish()
     assert any(v.term for r in res.hits for v in r.vocab) or sc.words.recent
+
+
+def test_a_plain_ascii_line_is_judged_on_its_bytes_as_on_its_text(know):  # type: ignore[no-untyped-def]
+    """says_nothing_ascii (no decoding) answers as says_nothing does on the decoded text, for
+    every line of the fixture logs that decodes to itself, with each vocabulary's needles and
+    every pair of them as the needles found."""
+    from diagnose.match.candidates import plain_ascii, says_nothing, says_nothing_ascii
+    from diagnose.read.sources import decode
+
+    vocab = [r for r in know.rules.rules if r.layer == "vocabulary"]
+    sets = [[r] for r in vocab] + [[a, b] for a in vocab for b in vocab if a.id < b.id]
+    checked = dropped = 0
+    for p in sorted((FIXTURES / "logs").glob("*/*.log")):
+        for raw in p.read_bytes().split(b"\n"):
+            if not plain_ascii(raw):
+                continue
+            assert decode(raw)[0] == raw.decode()
+            for handlers in sets:
+                found = {n for h in handlers for n in h.needles[:1]}
+                got = says_nothing_ascii(found, handlers, raw)
+                assert got == says_nothing(found, handlers, raw.decode()), (
+                    raw[:120],
+                    [h.id for h in handlers],
+                )
+                checked += 1
+                dropped += got
+    assert checked > 50_000 and 0 < dropped < checked
 
 
 def test_a_coloured_python_3_13_traceback_is_one_traceback_to_its_exception_line(tmp_path, know):

@@ -67,6 +67,13 @@ class Rule:
         may = getattr(self.compiled, "may_match", None)  # a user's pattern: no prefilter
         return True if may is None else bool(may(text))
 
+    def may_match_ascii(self, raw: bytes, lowered: bytes) -> bool:
+        """may_match() of an ASCII text given as its bytes (patterns.ShippedPattern)."""
+        if self.compiled is None:
+            self.compiled = _compile(self.pattern, self.shipped, checked=True)
+        may = getattr(self.compiled, "may_match_ascii", None)
+        return True if may is None else bool(may(raw, lowered))
+
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
     if not cond:

@@ -62,6 +62,24 @@ def says_nothing(found: set[str], handlers: list[Any], text: str) -> bool:
     return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
 
 
+def plain_ascii(raw: bytes) -> bool:
+    """Do a line's bytes decode to themselves (read.sources.decode): ASCII, with no carriage
+    return, no ANSI code, not a JSON record's braces?"""
+    return raw.isascii() and b"\r" not in raw and b"\x1b" not in raw and not raw.startswith(b"{")
+
+
+def says_nothing_ascii(found: set[str], handlers: list[Any], raw: bytes) -> bool:
+    """says_nothing() of a plain_ascii line, read on its bytes: not decoded to be dropped (a
+    third of a real log's candidate lines are dropped, most of them ASCII)."""
+    if not found.isdisjoint(STRUCTURE):
+        return False
+    lowered = raw.lower()  # the folded haystack of an ASCII text, as bytes
+    return all(
+        isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match_ascii(raw, lowered)
+        for h in handlers
+    )
+
+
 def _tracks(handler: Any) -> list[tuple[bytes, str]]:
     """A ready or serving marker's needles and phase: once it is retired its lines are still
     followed (Candidates.progress); nothing for any other handler."""

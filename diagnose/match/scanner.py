@@ -16,7 +16,7 @@ from ..model.records import Hit, Line, PhaseMark, TracebackEvent
 from ..model.typed_facts import typed_facts
 from ..read.nearest_time import NearestClock
 from ..read.sources import decode
-from .candidates import Candidates, says_nothing
+from .candidates import Candidates, plain_ascii, says_nothing, says_nothing_ascii
 from .hitbook import HitBook, RecordedHit
 from .server_state import ServerState
 from .serving_series import SeriesSampler, series_needles
@@ -218,15 +218,19 @@ class Scanner:
             raw = raw[len(self._indent) :]
         for stream, tb in self.tbs.stale(self.source, self.lineno, TRACEBACK_STALE) if self.tbs.open else ():
             self._close_tb(stream, tb)
-        text, truncated = decode(raw)
         handlers = self.candidates.handlers(found)
-        if (
-            found
-            and not self.tbs.open
-            and self.server.collecting is None
-            and says_nothing(found, handlers, text)
-        ):
-            return  # nothing to read on this line (candidates.says_nothing), nothing open around it
+        if found and not self.tbs.open and self.server.collecting is None:
+            # nothing to read on this line (candidates.says_nothing), nothing open around it
+            if plain_ascii(raw):
+                if says_nothing_ascii(found, handlers, raw):
+                    return
+                text, truncated = decode(raw)
+            else:
+                text, truncated = decode(raw)
+                if says_nothing(found, handlers, text):
+                    return
+        else:
+            text, truncated = decode(raw)
         line = self.layout.split(Line(source=self.source, number=self.lineno, text=text, truncated=truncated))
         if line.timestamp:
             self.last_time = line.timestamp

@@ -223,9 +223,14 @@ class Prefilter:
 
     def possible(self, hay: str) -> list[int]:
         """Indexes of the alternatives whose literals are all in the text."""
+        return self.possible_in(_encoded(hay))
+
+    def possible_in(self, data: bytes) -> list[int]:
+        """The same, for the haystack as UTF-8 bytes (an ASCII line's own bytes, lowered where
+        the literals are folded: what haystack() gives, encoded)."""
         if self._finder is None:
             self._finder = _finder(self.literals)
-        present = self._finder(hay)
+        present = self._finder(data)
         if not present:
             return self._always
         # lines hold the same few combinations of literals again and again: each worked out once
@@ -304,9 +309,9 @@ class Prefilter:
 
 
 def _finder(literals: list[str]) -> Any:
-    """text -> the frozen set of indexes of the literals in it (overlapping ones included): the
-    scan's own multi-literal index, on UTF-8 bytes (the str automaton converts every offset to
-    a character index, 2× slower); on a text of LONG_TEXT bytes or more, Hyperscan's presence
+    """UTF-8 bytes -> the frozen set of indexes of the literals in them (overlapping ones
+    included): the scan's own multi-literal index, on bytes (the str automaton converts every
+    offset to a character index, 2× slower); on a text of LONG_TEXT bytes or more, Hyperscan's presence
     test where it runs (Aho-Corasick reports every match: hundreds on a request dump)."""
     from .needles import make_index, make_presence
 
@@ -314,8 +319,7 @@ def _finder(literals: list[str]) -> Any:
     index = make_index(encoded)
     presence: list[Any] = []  # built on the first long text
 
-    def find(hay: str) -> frozenset[int]:
-        data = _encoded(hay)
+    def find(data: bytes) -> frozenset[int]:
         if len(data) >= LONG_TEXT:
             if not presence:
                 presence.append(make_presence(encoded))

@@ -135,6 +135,16 @@ class ShippedPattern:
         hay = pf.haystack(text)
         return hay is None or bool(pf.possible(hay))
 
+    def may_match_ascii(self, raw: bytes, lowered: bytes) -> bool:
+        """may_match() of an ASCII text given as its bytes and them lowered (haystack()'s
+        folding of an ASCII text, encoded), without decoding it."""
+        pf = self._prefilter
+        if pf is None:
+            pf = self._built_prefilter()
+        if not pf:
+            return True
+        return bool(pf.possible_in(lowered if pf.fold else raw))
+
     def search(self, text: str) -> Any:
         pf = self._prefilter
         if pf is None:
