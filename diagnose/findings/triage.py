@@ -330,21 +330,33 @@ def _is_exception_line(vh: VocabHit, rec: RecordedHit) -> bool:
 def _merge(raw: list[tuple[RecordedHit, Finding]]) -> list[Finding]:
     """One finding per event: the same class on several ranks, or a summary line plus its traceback."""
     groups: list[list[tuple[RecordedHit, Finding]]] = []
-    # a finding joins the first group of its class, source and run that it is near: only those
-    # are tried (a long log has thousands of findings in hundreds of groups)
-    by_key: dict[tuple[str, str, int], list[list[tuple[RecordedHit, Finding]]]] = {}
+    # a finding joins the first group (in the order they began) of its class, source and run
+    # whose last line is near it: only the groups whose last line is in its stretch of
+    # MERGE_DISTANCE lines or the two beside it are tried (a long log has thousands of
+    # findings in hundreds of groups)
+    near: dict[tuple[str, str, int, int], dict[int, list[tuple[RecordedHit, Finding]]]] = {}
     for rec, f in raw:
-        same = by_key.setdefault((f.cls, f.source, rec.run), [])
-        for g in same:
+        stretch = f.line // MERGE_DISTANCE
+        joined = None
+        for i, g in sorted(
+            item
+            for s in (stretch - 1, stretch, stretch + 1)
+            for item in near.get((f.cls, f.source, rec.run, s), {}).items()
+        ):
             head = g[0][1]
             if abs(f.line - g[-1][1].line) <= MERGE_DISTANCE and (
                 head.severity == f.severity or head.cls != "unknown_error"
             ):
-                g.append((rec, f))
+                joined = i, g
                 break
+        if joined is None:
+            i, g = len(groups), [(rec, f)]
+            groups.append(g)
         else:
-            groups.append([(rec, f)])
-            same.append(groups[-1])
+            i, g = joined
+            del near[(f.cls, f.source, rec.run, g[-1][1].line // MERGE_DISTANCE)][i]
+            g.append((rec, f))
+        near.setdefault((f.cls, f.source, rec.run, stretch), {})[i] = g
     out: list[Finding] = []
     for g in groups:
         _best_rec, best = max(
