@@ -10,6 +10,7 @@ from collections.abc import Callable, Hashable
 
 from ..knowledge.engine_profiles import Marker, Profiles
 from ..knowledge.rules import Rule
+from ..read.sources import decode
 from ..search.needles import make_index
 
 TYPE_CHECKING = False
@@ -78,6 +79,15 @@ def says_nothing_ascii(found: set[str], handlers: list[Any], raw: bytes) -> bool
         isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match_ascii(raw, lowered)
         for h in handlers
     )
+
+
+def decoded_unless_silent(found: set[str], handlers: list[Any], raw: bytes) -> tuple[str, bool] | None:
+    """The line decoded (read.sources.decode), or None where it says nothing (says_nothing);
+    a plain ASCII line is judged on its bytes, and decoded only to be read."""
+    if plain_ascii(raw):
+        return None if says_nothing_ascii(found, handlers, raw) else decode(raw)
+    text, truncated = decode(raw)
+    return None if says_nothing(found, handlers, text) else (text, truncated)
 
 
 def _tracks(handler: Any) -> list[tuple[bytes, str]]:

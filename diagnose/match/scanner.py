@@ -16,7 +16,7 @@ from ..model.records import Hit, Line, PhaseMark, TracebackEvent
 from ..model.typed_facts import typed_facts
 from ..read.nearest_time import NearestClock
 from ..read.sources import decode
-from .candidates import STRUCTURE, Candidates, plain_ascii, says_nothing, says_nothing_ascii
+from .candidates import STRUCTURE, Candidates, decoded_unless_silent
 from .hitbook import HitBook, RecordedHit
 from .server_state import ServerState
 from .serving_series import SeriesSampler, series_needles
@@ -220,15 +220,10 @@ class Scanner:
             self._close_tb(stream, tb)
         handlers = self.candidates.handlers(found)
         if found and not self.tbs.open and self.server.collecting is None and found.isdisjoint(STRUCTURE):
-            # nothing to read on this line (candidates.says_nothing), nothing open around it
-            if plain_ascii(raw):
-                if says_nothing_ascii(found, handlers, raw):
-                    return
-                text, truncated = decode(raw)
-            else:
-                text, truncated = decode(raw)
-                if says_nothing(found, handlers, text):
-                    return
+            got = decoded_unless_silent(found, handlers, raw)
+            if got is None:
+                return  # nothing to read on this line (candidates.says_nothing), nothing open around it
+            text, truncated = got
         else:
             text, truncated = decode(raw)
         line = self.layout.split(Line(source=self.source, number=self.lineno, text=text, truncated=truncated))
