@@ -271,3 +271,56 @@ def test_a_non_ascii_text_is_folded_where_an_ascii_literal_can_be():
     # offset by offset: the same ASCII character, or a non-ASCII one in both
     assert all(a == b or not (a.isascii() or b.isascii()) for a, b in zip(folded, full, strict=True))
     assert "out of memory" in folded and "kelvin k istanbul link process" in folded
+
+
+_PLAIN_LAYOUT_START = re.compile(
+    r"\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
+)
+_LAYOUT_ATOMS = [
+    "DEBUG",
+    "INFO",
+    "WARNING",
+    "WARN",
+    "WARNINGS",
+    "ERROR",
+    "CRITICAL",
+    "xINFO",
+    "_ERROR",
+    "(a)",
+]
+_LAYOUT_ATOMS += [
+    "(x-y pid=12)",
+    "[2024-01-02",
+    "2024-01-02T1",
+    "٢٠٢٤-01-02T1",
+    " ",
+    "|",
+    ":",
+    "a",
+    "1",
+    "é",
+    "(",
+    "[",
+]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(_LAYOUT_ATOMS), min_size=1, max_size=12).map("".join), st.integers(0, 200))
+def test_where_a_layout_may_start_is_the_plain_alternations_answer(text, end):
+    """The wrapper search's pattern (written to skip to a match's first characters) finds the
+    same spans as the plain alternation, from the second character as the splitter asks."""
+    from diagnose.read.prefixes import _LAYOUT_START
+
+    plain = [m.span() for m in _PLAIN_LAYOUT_START.finditer(text, 1, end)]
+    assert [m.span() for m in _LAYOUT_START.finditer(text, 1, end)] == plain
+
+
+@pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is absent")
+def test_where_a_layout_may_start_on_every_real_line():
+    from diagnose.read.prefixes import _LAYOUT_START
+
+    for text in _real_lines():
+        end = min(len(text), 160)
+        assert [m.span() for m in _LAYOUT_START.finditer(text, 1, end)] == [
+            m.span() for m in _PLAIN_LAYOUT_START.finditer(text, 1, end)
+        ]

@@ -145,3 +145,17 @@ def test_a_scan_says_the_same_with_hyperscan_or_aho_corasick(monkeypatch: pytest
         hs = _diagnoses(m, no_hyperscan=False)
     assert len(hs) == len(LOGS) > 50
     assert hs == ac
+
+
+def test_every_index_tells_the_same_needles_present(needles: list[bytes], real_bytes: bytes) -> None:
+    """`present` (a line's literal test) names the needles `find` finds, in every index."""
+    lines = real_bytes.split(b"\n")[::50]
+    indexes = [
+        HyperscanIndex(needles),
+        AhoCorasickIndex(needles),
+        AhoCorasickIndex(needles, True),
+        FindIndex(needles),
+    ]
+    for line in lines:
+        want = {m[0] for m in FindIndex(needles).find(line)}
+        assert all(ix.present(line) == want for ix in indexes), line[:100]

@@ -93,9 +93,13 @@ _SGLANG_TP = re.compile(r"TP(\d+)")
 
 
 # where an engine's layout may begin after an unknown wrapper: a process tag, a bracketed or
-# ISO date, a level word; the character before it must end a wrapper
+# ISO date, a level word (at a word's start); the character before it must end a wrapper.
+# Written so that `re` skips to the characters a match can begin with (the lookahead): a line
+# no layer starts is searched in 3.5 us, not 5.5 (tests/test_literals.py holds it equal to the
+# plain alternation `\(…\)|\[date|date|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b`)
 _LAYOUT_START = re.compile(
-    r"\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d|\b(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b"
+    r"(?=[(\[\dDIWEC])(?:\(\w[\w-]*(?: pid=\d+)?\)|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\dT\d"
+    r"|(?:D(?<!\wD)EBUG|I(?<!\wI)NFO|W(?<!\wW)ARN(?:ING)?|E(?<!\wE)RROR|C(?<!\wC)RITICAL)\b)"
 )
 _WRAPPER_ENDS = frozenset(" \t]|:>")
 DISPATCH_AFTER = 200  # lines split before layers are chosen by first character (a short log

@@ -316,7 +316,7 @@ def _finder(literals: list[str]) -> Any:
     from .needles import make_index, make_presence
 
     encoded = [x.encode() for x in literals]
-    index = make_index(encoded)
+    present = make_index(encoded).present
     presence: list[Any] = []  # built on the first long text
 
     def find(data: bytes) -> frozenset[int]:
@@ -325,7 +325,7 @@ def _finder(literals: list[str]) -> Any:
                 presence.append(make_presence(encoded))
             if presence[0] is not None:
                 return presence[0].present(data)  # type: ignore[no-any-return]
-        return frozenset([m[0] for m in index.find(data)])
+        return present(data)  # type: ignore[no-any-return]
 
     return find
 

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
             """(needle id, start offset[, end]) of every occurrence, overlapping ones included, by start."""
             ...
 
+        def present(self, data: bytes) -> frozenset[int]:
+            """The ids of the needles that occur in the data."""
+            ...
+
 
 class AhoCorasickIndex:
     name = "aho-corasick"
@@ -43,6 +47,10 @@ class AhoCorasickIndex:
     def find(self, block: bytes) -> list[tuple[int, int, int]]:
         # the library's (id, start, end) triples as they come: re-packing them cost more than the search
         return self._ac.find_matches_as_indexes(block, overlapping=True)  # type: ignore[no-any-return]
+
+    def present(self, data: bytes) -> frozenset[int]:
+        """The ids of the needles in the data (a line's literal test: one call, not two)."""
+        return frozenset([m[0] for m in self._ac.find_matches_as_indexes(data, True)])
 
 
 class HyperscanIndex:
@@ -78,6 +86,9 @@ class HyperscanIndex:
 
         self._db.scan(block, match_event_handler=on_match, scratch=scratch)
         return out
+
+    def present(self, data: bytes) -> frozenset[int]:
+        return frozenset([m[0] for m in self.find(data)])
 
 
 class HyperscanPresence:
@@ -131,6 +142,9 @@ class FindIndex:
 
     def __init__(self, needles: Sequence[bytes]):
         self._needles = list(needles)
+
+    def present(self, data: bytes) -> frozenset[int]:
+        return frozenset(i for i, n in enumerate(self._needles) if n in data)
 
     def find(self, block: bytes) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
