@@ -324,3 +324,36 @@ def test_where_a_layout_may_start_on_every_real_line():
         assert [m.span() for m in _LAYOUT_START.finditer(text, 1, end)] == [
             m.span() for m in _PLAIN_LAYOUT_START.finditer(text, 1, end)
         ]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.sampled_from([*_WORDS, "12", "0", "98", "[errno 98]", "errno 9"]), st.text(max_size=4)
+            )
+        )
+        .map(" ".join)
+        .map(str.lower),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(
+        [
+            r"(?i)(?:load|find|open)\w* (?:the )?tokenizer|tokenizer\S* (?:not found|failed)|unsupported (?:model|dtype)",
+            r"(?i)address already in use|\[errno 98\]|port \d+ is (?:already )?(?:in use|taken)",
+            r"CUDA (?:error|out of memory)|(?P<what>\w+) not supported|(?i:ERROR) in \w+",
+        ]
+    ),
+)
+def test_a_lines_shape_gives_the_possible_alternatives_its_literals_give(texts, pattern):
+    """Lines kept by their shape (digits zeroed) get the alternatives their own literals give:
+    the same as a prefilter that keeps no shape, line after line (digits vary, words do not);
+    a literal holding a digit turns the shapes off."""
+    kept, plain = Prefilter(pattern), Prefilter(pattern)
+    plain._digitless = False
+    assert kept._digitless == ("98" not in pattern)
+    for text in texts + [t.replace("1", "7") for t in texts]:
+        data = text.encode()
+        assert kept.possible_in(data) == plain.possible_in(data), text

@@ -17,6 +17,7 @@ Where a literal cannot be proved (a branch like `\\w+ error`), nothing is skippe
 
 from __future__ import annotations
 
+import itertools
 import re
 from re import _constants as C  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
@@ -169,9 +170,11 @@ class Prefilter:
     __slots__ = (
         "_always",
         "_by_literal",
+        "_digitless",
         "_edges",
         "_finder",
         "_possible",
+        "_uid",
         "_widths",
         "alternatives",
         "ascii",
@@ -203,6 +206,8 @@ class Prefilter:
         self.ascii = all(x.isascii() for x in self.literals)
         self._finder: Any = None
         self._possible: dict[frozenset[int], list[int]] = {}  # literals present -> possible()
+        self._digitless = not any(c.isdigit() for x in self.literals for c in x)
+        self._uid = next(_UIDS)  # its key in _SHAPES (an id() could be reused by a later one)
         self._always = [i for i, (_, sets) in enumerate(self.alternatives) if not sets]
         self._widths: dict[int, int | None] = {}  # alternative -> its widest match (None: unbounded)
         self._edges: dict[int, Any] = {}  # alternative -> characters no match of it holds (edges())
@@ -228,11 +233,25 @@ class Prefilter:
     def possible_in(self, data: bytes) -> list[int]:
         """The same, for the haystack as UTF-8 bytes (an ASCII line's own bytes, lowered where
         the literals are folded: what haystack() gives, encoded)."""
+        shape = None
+        if self._digitless and len(data) <= SHAPE_MAX:
+            # a line's literals are those of the line with its digits zeroed (no literal holds a
+            # digit): a progress bar's thousand lines, or a request log's, are one shape
+            shape = (self._uid, data.translate(_ZERO_DIGITS))
+            got = _SHAPES.get(shape)
+            if got is not None:
+                return got
         if self._finder is None:
             self._finder = _finder(self.literals)
         present = self._finder(data)
-        if not present:
-            return self._always
+        got = self._always if not present else self._possible_for(present)
+        if shape is not None:
+            if len(_SHAPES) >= SHAPES_KEPT:
+                _SHAPES.clear()
+            _SHAPES[shape] = got
+        return got
+
+    def _possible_for(self, present: frozenset[int]) -> list[int]:
         # lines hold the same few combinations of literals again and again: each worked out once
         got = self._possible.get(present)
         if got is None:
@@ -340,6 +359,12 @@ LONG_TEXT = 16 << 10  # bytes from which a text's literals are found by Hypersca
 _ASCII_FOLDS = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
 
 WINDOW_PAD = 8
+# (prefilter, a line's bytes with their digits zeroed) -> possible(): see possible_in
+_SHAPES: dict[tuple[int, bytes], list[int]] = {}
+_UIDS = itertools.count()
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+SHAPE_MAX = 512  # bytes of the longest line kept by its shape (a longer one rarely repeats)
+SHAPES_KEPT = 4096  # shapes kept, all prefilters together (at most 2 MiB)
 POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternatives are kept
 WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 
