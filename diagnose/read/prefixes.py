@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from re import _constants as C  # type: ignore[attr-defined]
 
 from ..model.records import Line
 from .sources import Source, decode, read_blocks
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
+if TYPE_CHECKING:
+    from typing import Any
 
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)"
 _LEVEL_NORMAL = {
@@ -102,6 +107,10 @@ _LAYOUT_START = re.compile(
     r"|(?:D(?<!\wD)EBUG|I(?<!\wI)NFO|W(?<!\wW)ARN(?:ING)?|E(?<!\wE)RROR|C(?<!\wC)RITICAL)\b)"
 )
 _WRAPPER_ENDS = frozenset(" \t]|:>")
+_HELPERS = (_RANK_IN_PROC, _TGI_RANK, _SGLANG_TP, _LAYOUT_START)  # read on the way, digit-blind too
+PLAN_MAX = 512  # characters of the longest line whose plan is kept (a longer one rarely repeats)
+PLANS_KEPT = 4096  # plans kept per set of layers (at most ~2 MiB)
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 DISPATCH_AFTER = 200  # lines split before layers are chosen by first character (a short log
 # would spend more working out the choice than it saves)
 
@@ -109,7 +118,7 @@ DISPATCH_AFTER = 200  # lines split before layers are chosen by first character 
 class Layout:
     """The prefix layers of the logs one scan reads, and the unknown wrappers it learned."""
 
-    __slots__ = ("_by_first", "_learned", "_splits", "prefixes")
+    __slots__ = ("_blind", "_by_first", "_learned", "_plans", "_splits", "prefixes")
 
     def __init__(self, engine_prefixes: Sequence[re.Pattern[str]] = ()) -> None:
         # the engines' own layouts sit between the layers every log can carry and the
@@ -120,6 +129,11 @@ class Layout:
         # it depends on the layers alone)
         self._by_first: dict[str, list[re.Pattern[str]]] = {}
         self._splits = [0]  # lines split by this layout and its copies (a call over many small logs)
+        # a line's shape (its bytes with digits zeroed) -> how it splits (see split), shared by
+        # fresh copies; and whether every layer is blind to which digit it reads (None: not
+        # asked yet), without which no plan is kept
+        self._plans: dict[tuple[str | None, bytes], tuple[tuple[Any, ...], ...]] = {}
+        self._blind: list[bool | None] = [None]
 
     def fresh(self) -> Layout:
         """The same layers with nothing learned: one per scan or stream."""
@@ -128,6 +142,8 @@ class Layout:
         out._learned = {}
         out._by_first = self._by_first
         out._splits = self._splits
+        out._plans = self._plans
+        out._blind = self._blind
         return out
 
     def _layers(self, s: str) -> Sequence[re.Pattern[str]]:
@@ -160,7 +176,10 @@ class Layout:
                 yield self.line(source.name, number, raw)
 
     def split(self, line: Line) -> Line:
-        """Fill level/timestamp/process/rank/location/message from line.text."""
+        """Fill level/timestamp/process/rank/location/message from line.text. A line of the
+        same shape as one split before (its digits aside: every layer reads any digit alike)
+        takes its fields from the same offsets: a rank's traceback printed by eight ranks, an
+        engine's repeated error line, split once."""
         self._splits[0] += 1
         s = line.text
         if s.startswith(("│", "┃")):
@@ -168,9 +187,23 @@ class Layout:
             if s.endswith(("│", "┃")):
                 s = s[:-1].rstrip()
         learned = self._learned.get(line.source)
-        if learned and s.startswith(learned):
-            s = s[len(learned) :]  # a wrapper this source's other lines showed (below)
-        rest = self._peel(line, s)
+        if learned and not s.startswith(learned):
+            learned = None
+        key = None
+        if len(s) <= PLAN_MAX and s.isascii():  # (so s is the text: no border was cut)
+            if self._blind[0] is None:
+                self._blind[0] = all(digit_blind(p) for p in (*self.prefixes, *_HELPERS))
+            if self._blind[0]:
+                # (the wrapper this source's lines showed is matched as it is, digits and all)
+                key = (learned, s.encode().translate(_ZERO_DIGITS))
+                plan = self._plans.get(key)
+                if plan is not None:
+                    return _replay(line, plan)
+        off = 0  # where s begins in the text
+        if learned:
+            s, off = s[len(learned) :], len(learned)  # a wrapper this source's other lines showed (below)
+        spans: dict[str, tuple[int, int]] | None = {} if key is not None else None
+        rest = self._peel(line, s, spans)
         if rest is s and s and not s[0].isspace():
             # no layer known at the start: a wrapper we do not know (a custom logger, `kubectl
             # logs --prefix`, `cat -n`) may sit in front of a layout we do; take it only when
@@ -184,18 +217,26 @@ class Layout:
                     for k in ("level", "timestamp", "pid", "process", "rank", "location"):
                         setattr(line, k, getattr(trial, k))
                     rest = after
+                    spans = None  # (not kept: what it learned changes how the source's lines split)
                     if len(self._learned) < 64:
                         # the same text in front of this source's other lines (tracebacks, bare
                         # messages) is that wrapper too
                         self._learned[line.source] = s[: m.start()]
                     break
         line.message = rest
+        if key is not None and spans is not None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            end = off + len(s)  # s is the text from `off`, its border's end cut: the message ends there
+            plan = [(k, a + off, b + off) for k, (a, b) in spans.items()]
+            self._plans[key] = (*plan, ("message", end - len(rest), end))
         return line
 
-    def _peel(self, line: Line, s: str) -> str:
+    def _peel(self, line: Line, s: str, spans: dict[str, tuple[int, int]] | None = None) -> str:
         """Peel the known prefix layers off s into the line's fields; the rest (s itself when
-        none matched)."""
+        none matched). `spans`: where in s each field's value was taken from (split's plans)."""
         level_seen = False
+        base = 0  # where the rest begins in s
         for _ in range(10):
             for pat in self._layers(s):
                 m = pat.match(s)
@@ -209,35 +250,118 @@ class Layout:
                 if lv:
                     if not line.level:
                         line.level = _LEVEL_NORMAL.get(lv, lv)
+                        if spans is not None:
+                            spans["level"] = _at(m, "level" if g.get("level") else "lv1", base)
                     level_seen = True
                 ts = g.get("ts")
                 if ts and not line.timestamp:
                     line.timestamp = ts
+                    if spans is not None:
+                        spans["timestamp"] = _at(m, "ts", base)
                 proc = g.get("proc")
                 if g.get("pid"):  # the innermost layer's: the engine's own process, not a wrapper's
                     line.pid = int(g["pid"])
+                    if spans is not None:
+                        spans["pid"] = _at(m, "pid", base)
                     if proc:
                         line.process = proc.strip().rstrip(",")
                         r = _RANK_IN_PROC.search(proc)
+                        if spans is not None:
+                            spans["process"] = _stripped(m, "proc", base, line.process)
+                            if r and line.rank is None:
+                                spans["rank"] = _at(r, 1, base + m.start("proc"))
                         if r and line.rank is None:
                             line.rank = int(r.group(1))
                 tags = g.get("tags")
                 if tags:
                     line.process = tags.strip()
                     r = _SGLANG_TP.search(tags)
+                    if spans is not None:
+                        spans["process"] = _stripped(m, "tags", base, line.process)
+                        if r and line.rank is None:
+                            spans["rank"] = _at(r, 1, base + m.start("tags"))
                     if r and line.rank is None:
                         line.rank = int(r.group(1))
                 if g.get("rank") and line.rank is None:
                     line.rank = int(g["rank"])
+                    if spans is not None:
+                        spans["rank"] = _at(m, "rank", base)
                 loc = g.get("loc") or g.get("loc2")
                 if loc and not line.location:
                     line.location = loc
+                    if spans is not None:
+                        spans["location"] = _at(m, "loc" if g.get("loc") else "loc2", base)
                 if g.get("spans"):
                     r = _TGI_RANK.search(s)
                     if r and line.rank is None:
                         line.rank = int(r.group(1))
+                        if spans is not None:
+                            spans["rank"] = _at(r, 1, base)
+                base += m.end()
                 s = s[m.end() :]
                 break
             else:
                 break
         return s
+
+
+def _at(m: re.Match[str], group: str | int, base: int) -> tuple[int, int]:
+    a, b = m.span(group)
+    return base + a, base + b
+
+
+def _stripped(m: re.Match[str], group: str, base: int, value: str) -> tuple[int, int]:
+    """Where a group's value, stripped (`value`), begins and ends: after its leading blanks."""
+    text = m.group(group)
+    a = base + m.start(group) + len(text) - len(text.lstrip())
+    return a, a + len(value)
+
+
+_INTS = frozenset({"pid", "rank"})
+
+
+def _replay(line: Line, plan: tuple[tuple[Any, ...], ...]) -> Line:
+    """A line split by the plan of a line of its shape: each field from the same offsets."""
+    text = line.text
+    for field, a, b in plan:
+        value = text[a:b]
+        if field == "level":
+            line.level = _LEVEL_NORMAL.get(value, value)
+        elif field in _INTS:
+            setattr(line, field, int(value))
+        else:
+            setattr(line, field, value)
+    return line
+
+
+def digit_blind(pat: re.Pattern[str]) -> bool:
+    """Does the pattern read every ASCII digit alike (a class of digits, `\\d`, `\\w`, never
+    one digit or a range of some), with no back-reference: then a text with its digits
+    changed matches where the text matches, with the same spans."""
+    from ..search.literals import parse_tree
+
+    tree = parse_tree(pat.pattern, pat.flags & ~re.UNICODE)
+    return tree is not None and _blind(tree.data)
+
+
+def _blind(seq: Any) -> bool:
+    from ..search.literals import children
+
+    for op, av in seq:
+        if op in (C.LITERAL, C.NOT_LITERAL):
+            if chr(av).isascii() and chr(av).isdigit():
+                return False
+        elif op is C.IN:
+            for iop, iav in av:
+                if iop is C.LITERAL and chr(iav).isascii() and chr(iav).isdigit():
+                    return False
+                if iop is C.RANGE and not (iav[1] < 48 or iav[0] > 57 or (iav[0] <= 48 and iav[1] >= 57)):
+                    return False
+        elif op in (C.GROUPREF, C.GROUPREF_EXISTS):
+            return False
+        elif op in (C.ASSERT, C.ASSERT_NOT):
+            if not _blind(av[1].data):
+                return False
+        elif not all(_blind(child) for child in children(op, av)):
+            return False
+    return True

@@ -42,6 +42,16 @@ def _parse(pattern: str, flags: int = 0) -> Any:
         return None
 
 
+def parse_tree(pattern: str, flags: int = 0) -> Any:
+    """`re`'s parse tree of the pattern (None where it does not parse), for other readers."""
+    return _parse(pattern, flags)
+
+
+def children(op: Any, av: Any) -> list[Any]:
+    """The sequences inside one node of a parse tree (see _children), for other readers."""
+    return _children(op, av)
+
+
 def _children(op: Any, av: Any) -> list[Any]:
     """The sequences inside one node of a parse tree (a group, an atomic group, the branches of
     an alternation, a repeat's body): what every walk of the tree descends into."""
