@@ -90,3 +90,16 @@ def test_plans_on_lines_whose_digits_change(lines, wrapper) -> None:  # type: ig
     for template, nums in lines:
         text = wrapper + template.format(*nums)
         assert _fields(planned, "s", text) == _fields(plain, "s", text), text
+
+
+def test_a_user_layer_on_regex_is_always_tried_and_keeps_no_plan() -> None:
+    """A user profile's prefix runs on `regex` (a TimedPattern): past the lines after which
+    layers are chosen by first character (DISPATCH_AFTER) it is still tried, and no plan is
+    kept for it (its syntax is not `re`'s to read)."""
+    from diagnose.search.patterns import timed_pattern
+
+    lay = Layout([timed_pattern(r"(?P<ts>\d\d:\d\d:\d\d) (?P<level>[A-Z]+) ")]).fresh()
+    for i in range(300):
+        line = lay.split(Line(source="s", number=i, text=f"10:00:{i % 60:02d} ERROR x{i}"))
+        assert (line.timestamp, line.level, line.message) == (f"10:00:{i % 60:02d}", "ERROR", f"x{i}")
+    assert lay._blind == [False] and not lay._plans

@@ -340,6 +340,8 @@ def digit_blind(pat: re.Pattern[str]) -> bool:
     changed matches where the text matches, with the same spans."""
     from ..search.literals import parse_tree
 
+    if not isinstance(pat, re.Pattern):
+        return False  # a user's layer, on `regex`: not read here, so no plan is kept
     tree = parse_tree(pat.pattern, pat.flags & ~re.UNICODE)
     return tree is not None and _blind(tree.data)
 

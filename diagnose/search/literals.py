@@ -512,6 +512,8 @@ _TREES: dict[tuple[str, int], Any] = {}  # pattern -> its parse tree (None: it d
 def can_start_with(pattern: re.Pattern[str], c: str) -> bool:
     """Can a non-empty match of the pattern begin with the character c? (Never False where it
     can: an anchored layer skipped on this answer would have matched nothing.)"""
+    if not isinstance(pattern, re.Pattern):
+        return True  # a user's layer, on `regex` (its syntax is not `re`'s): always tried
     key = (pattern.pattern, pattern.flags)
     tree = _TREES.get(key, False)
     if tree is False:
