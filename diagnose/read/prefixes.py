@@ -108,7 +108,9 @@ _LAYOUT_START = re.compile(
 )
 _WRAPPER_ENDS = frozenset(" \t]|:>")
 _HELPERS = (_RANK_IN_PROC, _TGI_RANK, _SGLANG_TP, _LAYOUT_START)  # read on the way, digit-blind too
-PLAN_MAX = 512  # characters of the longest line whose plan is kept (a longer one rarely repeats)
+# characters of the longest line whose plan is kept (a longer one rarely repeats); plans are
+# kept from DISPATCH_AFTER lines split on (reading the layers' parse trees costs a short log ~3 ms)
+PLAN_MAX = 512
 PLANS_KEPT = 4096  # plans kept per set of layers (at most ~2 MiB)
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 DISPATCH_AFTER = 200  # lines split before layers are chosen by first character (a short log
@@ -190,7 +192,7 @@ class Layout:
         if learned and not s.startswith(learned):
             learned = None
         key = None
-        if len(s) <= PLAN_MAX and s.isascii():  # (so s is the text: no border was cut)
+        if len(s) <= PLAN_MAX and s.isascii() and self._splits[0] > DISPATCH_AFTER:  # (s is the text)
             if self._blind[0] is None:
                 self._blind[0] = all(digit_blind(p) for p in (*self.prefixes, *_HELPERS))
             if self._blind[0]:

@@ -43,8 +43,13 @@ def _parse(pattern: str, flags: int = 0) -> Any:
 
 
 def parse_tree(pattern: str, flags: int = 0) -> Any:
-    """`re`'s parse tree of the pattern (None where it does not parse), for other readers."""
-    return _parse(pattern, flags)
+    """`re`'s parse tree of the pattern (None where it does not parse), for other readers:
+    kept, as can_start_with keeps a prefix layer's."""
+    key = (pattern, flags)
+    tree = _TREES.get(key, False)
+    if tree is False:
+        tree = _TREES[key] = _parse(pattern, flags)
+    return tree
 
 
 def children(op: Any, av: Any) -> list[Any]:
@@ -514,10 +519,7 @@ def can_start_with(pattern: re.Pattern[str], c: str) -> bool:
     can: an anchored layer skipped on this answer would have matched nothing.)"""
     if not isinstance(pattern, re.Pattern):
         return True  # a user's layer, on `regex` (its syntax is not `re`'s): always tried
-    key = (pattern.pattern, pattern.flags)
-    tree = _TREES.get(key, False)
-    if tree is False:
-        tree = _TREES[key] = _parse(pattern.pattern, pattern.flags & ~re.UNICODE)
+    tree = parse_tree(pattern.pattern, pattern.flags & ~re.UNICODE)
     if tree is None:
         return True
     return _starts(tree.data, c, bool(tree.state.flags & re.IGNORECASE))[0]
