@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.search import literals, patterns
-from diagnose.search.literals import Prefilter, can_start_with, required, top_alternatives
+from diagnose.search.literals import Prefilter, required, top_alternatives
+from diagnose.search.pattern_tree import can_start_with
 from diagnose.search.patterns import ShippedPattern
 
 from .conftest import REAL_LOGS

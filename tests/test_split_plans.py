@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from diagnose.knowledge.loaded import Knowledge
 from diagnose.model.records import Line
-from diagnose.read.prefixes import Layout, digit_blind
+from diagnose.read.prefixes import Layout
+from diagnose.search.pattern_tree import digit_blind
 
 from .conftest import FIXTURES, REAL_LOGS
 

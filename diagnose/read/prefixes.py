@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from re import _constants as C  # type: ignore[attr-defined]
 
 from ..model.records import Line
 from .sources import Source, decode, read_blocks
@@ -157,7 +156,7 @@ class Layout:
         if got is None:
             if len(self._by_first) >= 512:  # an odd log of many first characters: stay bounded
                 return self.prefixes
-            from ..search.literals import can_start_with
+            from ..search.pattern_tree import can_start_with
 
             got = self._by_first[s[0]] = [p for p in self.prefixes if can_start_with(p, s[0])]
         return got
@@ -194,6 +193,8 @@ class Layout:
         key = None
         if len(s) <= PLAN_MAX and s.isascii() and self._splits[0] > DISPATCH_AFTER:  # (s is the text)
             if self._blind[0] is None:
+                from ..search.pattern_tree import digit_blind
+
                 self._blind[0] = all(digit_blind(p) for p in (*self.prefixes, *_HELPERS))
             if self._blind[0]:
                 # (the wrapper this source's lines showed is matched as it is, digits and all)
@@ -334,38 +335,3 @@ def _replay(line: Line, plan: tuple[tuple[Any, ...], ...]) -> Line:
         else:
             setattr(line, field, value)
     return line
-
-
-def digit_blind(pat: re.Pattern[str]) -> bool:
-    """Does the pattern read every ASCII digit alike (a class of digits, `\\d`, `\\w`, never
-    one digit or a range of some), with no back-reference: then a text with its digits
-    changed matches where the text matches, with the same spans."""
-    from ..search.literals import parse_tree
-
-    if not isinstance(pat, re.Pattern):
-        return False  # a user's layer, on `regex`: not read here, so no plan is kept
-    tree = parse_tree(pat.pattern, pat.flags & ~re.UNICODE)
-    return tree is not None and _blind(tree.data)
-
-
-def _blind(seq: Any) -> bool:
-    from ..search.literals import children
-
-    for op, av in seq:
-        if op in (C.LITERAL, C.NOT_LITERAL):
-            if chr(av).isascii() and chr(av).isdigit():
-                return False
-        elif op is C.IN:
-            for iop, iav in av:
-                if iop is C.LITERAL and chr(iav).isascii() and chr(iav).isdigit():
-                    return False
-                if iop is C.RANGE and not (iav[1] < 48 or iav[0] > 57 or (iav[0] <= 48 and iav[1] >= 57)):
-                    return False
-        elif op in (C.GROUPREF, C.GROUPREF_EXISTS):
-            return False
-        elif op in (C.ASSERT, C.ASSERT_NOT):
-            if not _blind(av[1].data):
-                return False
-        elif not all(_blind(child) for child in children(op, av)):
-            return False
-    return True

@@ -20,7 +20,8 @@ from __future__ import annotations
 import itertools
 import re
 from re import _constants as C  # type: ignore[attr-defined]
-from re import _parser  # type: ignore[attr-defined]
+
+from .pattern_tree import REPEATS, changes_case, edge_chars, parse_tree, width
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,70 +29,23 @@ if TYPE_CHECKING:
 
 MIN_LITERAL = 3  # a shorter literal is on too many lines to be worth the test
 MAX_SETS = 3  # sets of literals kept per alternative (each must be present)
-_REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", C.MAX_REPEAT))
 _GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
 # constructs that tie one alternative to another's groups: the alternatives are not split
 _CROSS_REFS = re.compile(r"\\[1-9]|\(\?P=|\(\?\(")
-
-
-def _parse(pattern: str, flags: int = 0) -> Any:
-    """`re`'s parse tree of the pattern; None where it does not parse."""
-    try:
-        return _parser.parse(pattern, flags)
-    except re.error:
-        return None
-
-
-def parse_tree(pattern: str, flags: int = 0) -> Any:
-    """`re`'s parse tree of the pattern (None where it does not parse), for other readers:
-    kept, as can_start_with keeps a prefix layer's."""
-    key = (pattern, flags)
-    tree = _TREES.get(key, False)
-    if tree is False:
-        tree = _TREES[key] = _parse(pattern, flags)
-    return tree
-
-
-def children(op: Any, av: Any) -> list[Any]:
-    """The sequences inside one node of a parse tree (see _children), for other readers."""
-    return _children(op, av)
-
-
-def _children(op: Any, av: Any) -> list[Any]:
-    """The sequences inside one node of a parse tree (a group, an atomic group, the branches of
-    an alternation, a repeat's body): what every walk of the tree descends into."""
-    if op is C.SUBPATTERN:
-        return [av[3].data]
-    if op is C.ATOMIC_GROUP:
-        return [av.data]
-    if op is C.BRANCH:
-        return [b.data for b in av[1]]
-    if op in _REPEATS:
-        return [av[2].data]
-    return []
 
 
 def required(pattern: str) -> tuple[list[frozenset[str]], bool] | None:
     """Sets of literals, each set with one literal in the text wherever the pattern matches
     (the most selective first), and whether to compare case-folded; None where no literal of
     MIN_LITERAL characters is proved."""
-    tree = _parse(pattern)
+    tree = parse_tree(pattern)
     if tree is None:
         return None
-    fold = bool(tree.state.flags & re.IGNORECASE) or _changes_case(tree.data)
+    fold = bool(tree.state.flags & re.IGNORECASE) or changes_case(tree.data)
     sets = _need(tree.data)
     if not sets:
         return None
     return ([frozenset(x.lower() for x in s) for s in sets] if fold else sets), fold
-
-
-def _changes_case(seq: Any) -> bool:
-    """Does a scoped flag group (`(?i:…)`, `(?-i:…)`) switch case folding anywhere?"""
-    return any(
-        (op is C.SUBPATTERN and (av[1] | av[2]) & re.IGNORECASE)
-        or any(_changes_case(child) for child in _children(op, av))
-        for op, av in seq
-    )
 
 
 def _selective(s: frozenset[str]) -> tuple[int, int]:
@@ -123,7 +77,7 @@ def _need_of(op: Any, av: Any) -> list[frozenset[str]]:
         return _need(av[3].data)
     if op is C.ATOMIC_GROUP:
         return _need(av.data)
-    if op in _REPEATS:
+    if op in REPEATS:
         return _need(av[2].data) if av[0] >= 1 else []
     if op is C.BRANCH:  # one literal of some branch: each branch's best set, joined
         best = [_need(b.data)[:1] for b in av[1]]
@@ -287,7 +241,7 @@ class Prefilter:
         """The most characters a match of alternative i spans, and None where that is unbounded
         or a lookaround reads past the match (then no window around a literal holds it)."""
         if i not in self._widths:
-            self._widths[i] = _width(self.alternatives[i][0])
+            self._widths[i] = width(self.alternatives[i][0], WINDOW_WIDEST)
         return self._widths[i]
 
     def edges(self, i: int) -> Any:
@@ -296,7 +250,7 @@ class Prefilter:
         of character classes (`\\w* tokenizer`) still stays inside the run of other characters
         around its literal."""
         if i not in self._edges:
-            self._edges[i] = _edge_chars(self.alternatives[i][0])
+            self._edges[i] = edge_chars(self.alternatives[i][0])
         return self._edges[i]
 
     def windows(self, i: int, hay: str, text: str) -> list[tuple[int, int]] | None:
@@ -384,94 +338,6 @@ POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternat
 WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 
 
-def _width(pattern: str) -> int | None:
-    tree = _parse(pattern)
-    if tree is None or _reads_past(tree.data):
-        return None
-    hi = tree.getwidth()[1]
-    return hi if hi <= WINDOW_WIDEST else None
-
-
-def _reads_past(seq: Any) -> bool:
-    """Does a lookaround or a group reference (what it reads is not bounded by the match) occur?"""
-    return any(
-        op in (C.ASSERT, C.ASSERT_NOT, C.GROUPREF, C.GROUPREF_EXISTS)
-        or any(_reads_past(child) for child in _children(op, av))
-        for op, av in seq
-    )
-
-
-_CATEGORY_CLASSES = {
-    C.CATEGORY_DIGIT: r"\d",
-    C.CATEGORY_NOT_DIGIT: r"\D",
-    C.CATEGORY_SPACE: r"\s",
-    C.CATEGORY_NOT_SPACE: r"\S",
-    C.CATEGORY_WORD: r"\w",
-    C.CATEGORY_NOT_WORD: r"\W",
-}
-
-
-def _edge_chars(pattern: str) -> Any:
-    """A character class of the ASCII characters no match of the pattern consumes, each tested
-    with `re` itself against what the pattern's parts consume (case-folded where any part is);
-    None where there is none or the pattern reads past its match."""
-    tree = _parse(pattern)
-    if tree is None or _reads_past(tree.data):
-        return None
-    parts: list[str] = []
-    if not _consumers(tree.data, parts) or not parts:
-        return None
-    fold = bool(tree.state.flags & re.IGNORECASE) or _changes_case(tree.data)
-    one = re.compile(("(?i)" if fold else "") + "(?:" + "|".join(parts) + ")")
-    edge = [c for c in map(chr, range(128)) if c != "\n" and not one.fullmatch(c)]
-    return re.compile("[" + "".join(_char(ord(c)) for c in edge) + "]") if edge else None
-
-
-def _consumers(seq: Any, parts: list[str]) -> bool:
-    """Each part of the sequence that consumes a character, as a one-character pattern; False
-    where one cannot be written."""
-    for op, av in seq:
-        if op is C.LITERAL:
-            parts.append(_char(av))
-        elif op is C.NOT_LITERAL:
-            parts.append("[^" + _char(av) + "]")
-        elif op is C.ANY:
-            parts.append("[^\\n]")  # `(?s)` would add the newline, which no line holds
-        elif op is C.IN:
-            got = _set(av)
-            if got is None:
-                return False
-            parts.append(got)
-        elif op is C.AT:
-            continue  # zero width: what it reads next to the match is within WINDOW_PAD
-        elif op in (C.SUBPATTERN, C.ATOMIC_GROUP, C.BRANCH, *_REPEATS):
-            if not all(_consumers(child, parts) for child in _children(op, av)):
-                return False
-        else:
-            return False
-    return True
-
-
-def _set(items: Any) -> str | None:
-    out = []
-    for op, av in items:
-        if op is C.NEGATE:
-            out.insert(0, "^")
-        elif op is C.LITERAL:
-            out.append(_char(av))
-        elif op is C.RANGE:
-            out.append(_char(av[0]) + "-" + _char(av[1]))
-        elif op is C.CATEGORY and av in _CATEGORY_CLASSES:
-            out.append(_CATEGORY_CLASSES[av])
-        else:
-            return None
-    return "[" + "".join(out) + "]"
-
-
-def _char(code: int) -> str:
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 _last: list[str] = ["", "", "", ""]  # the last two texts folded and their foldings: rules share one line
 _last_long: list[Any] = ["", b""]  # the last long text encoded (a 200 KB dump once, not per rule)
 _last_reversed: list[str] = ["", ""]  # the last text reversed (its runs' left edges, for every rule)
@@ -509,87 +375,3 @@ def _reversed(text: str) -> str:
     if _last_reversed[0] is not text:
         _last_reversed[0], _last_reversed[1] = text, text[::-1]
     return _last_reversed[1]
-
-
-_TREES: dict[tuple[str, int], Any] = {}  # pattern -> its parse tree (None: it does not parse)
-
-
-def can_start_with(pattern: re.Pattern[str], c: str) -> bool:
-    """Can a non-empty match of the pattern begin with the character c? (Never False where it
-    can: an anchored layer skipped on this answer would have matched nothing.)"""
-    if not isinstance(pattern, re.Pattern):
-        return True  # a user's layer, on `regex` (its syntax is not `re`'s): always tried
-    tree = parse_tree(pattern.pattern, pattern.flags & ~re.UNICODE)
-    if tree is None:
-        return True
-    return _starts(tree.data, c, bool(tree.state.flags & re.IGNORECASE))[0]
-
-
-def _starts(seq: Any, c: str, fold: bool) -> tuple[bool, bool]:
-    """(a match of the sequence can begin with c, the sequence can match empty)."""
-    for op, av in seq:
-        can, empty = _op_starts(op, av, c, fold)
-        if can:
-            return True, empty
-        if not empty:
-            return False, False
-    return False, True
-
-
-def _op_starts(op: Any, av: Any, c: str, fold: bool) -> tuple[bool, bool]:
-    if op is C.LITERAL:
-        return _same_char(chr(av), c, fold), False
-    if op is C.IN:
-        return _in_set(av, c, fold), False
-    if op is C.SUBPATTERN:
-        inner_fold = (fold or bool(av[1] & re.IGNORECASE)) and not av[2] & re.IGNORECASE
-        return _starts(av[3].data, c, inner_fold)
-    if op is C.ATOMIC_GROUP:
-        return _starts(av.data, c, fold)
-    if op is C.BRANCH:
-        outs = [_starts(b.data, c, fold) for b in av[1]]
-        return any(o[0] for o in outs), any(o[1] for o in outs)
-    if op in _REPEATS:
-        can, empty = _starts(av[2].data, c, fold)
-        return can, empty or av[0] == 0
-    if op in (C.AT, C.ASSERT, C.ASSERT_NOT):  # zero width: what follows starts the match
-        return False, True
-    return True, True  # ANY, NOT_LITERAL, group references…: anything may
-
-
-def _same_char(x: str, c: str, fold: bool) -> bool:
-    if x == c:
-        return True
-    return fold and (x.isalpha() or not x.isascii()) and (c.isalpha() or not c.isascii())
-
-
-_CATEGORY_TESTS = {
-    C.CATEGORY_DIGIT: lambda c: bool(re.match(r"\d", c)),
-    C.CATEGORY_NOT_DIGIT: lambda c: bool(re.match(r"\D", c)),
-    C.CATEGORY_SPACE: lambda c: bool(re.match(r"\s", c)),
-    C.CATEGORY_NOT_SPACE: lambda c: bool(re.match(r"\S", c)),
-    C.CATEGORY_WORD: lambda c: bool(re.match(r"\w", c)),
-    C.CATEGORY_NOT_WORD: lambda c: bool(re.match(r"\W", c)),
-}
-
-
-def _in_set(items: Any, c: str, fold: bool) -> bool:
-    negate = False
-    hit = False
-    for op, av in items:
-        if op is C.NEGATE:
-            negate = True
-        elif op is C.LITERAL:
-            hit = hit or _same_char(chr(av), c, fold)
-        elif op is C.RANGE:
-            lo, hi = av
-            hit = hit or lo <= ord(c) <= hi or (fold and (c.isalpha() or not c.isascii()))
-        elif op is C.CATEGORY:
-            test = _CATEGORY_TESTS.get(av)
-            hit = hit or test is None or test(c)
-        else:
-            return True  # anything else: it may
-    if negate:
-        # a negated set with folding: a letter may fold into the set; say it may match
-        return not hit or (fold and (c.isalpha() or not c.isascii()))
-    return hit
