@@ -338,16 +338,24 @@ POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternat
 WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 
 
-_last: list[str] = ["", "", "", ""]  # the last two texts folded and their foldings: rules share one line
-_last_long: list[Any] = ["", b""]  # the last long text encoded (a 200 KB dump once, not per rule)
-_last_reversed: list[str] = ["", ""]  # the last text reversed (its runs' left edges, for every rule)
+# Each kept as one (text, result) pair, replaced whole: a reader in another thread sees a
+# pair that belongs together whatever the interpreter (a library user may scan from several
+# threads; two item stores in a row are atomic only by CPython's choice of switch points).
+_last: list[tuple[str, str]] = [("", ""), ("", "")]  # the last two texts folded: rules share one line
+_last_long: list[tuple[str, bytes]] = [
+    ("", b"")
+]  # the last long text encoded (a 200 KB dump once, not per rule)
+_last_reversed: list[tuple[str, str]] = [
+    ("", "")
+]  # the last text reversed (its runs' left edges, for every rule)
 
 
 def _fold(text: str) -> str:
-    if _last[0] is text:
-        return _last[1]
-    if _last[2] is text:  # a line's text and its message alternate: two are kept
-        return _last[3]
+    newest, older = _last
+    if newest[0] is text:
+        return newest[1]
+    if older[0] is text:  # a line's text and its message alternate: two are kept
+        return older[1]
     if text.isascii():
         folded = text.lower()
     else:
@@ -358,20 +366,21 @@ def _fold(text: str) -> str:
         # (translate is slow, a dict lookup per character: only where one of them is there)
         mapped = text.translate(_ASCII_FOLDS) if any(chr(c) in text for c in _ASCII_FOLDS) else text
         folded = mapped.encode("utf-8", "surrogatepass").lower().decode("utf-8", "surrogatepass")
-    _last[2], _last[3] = _last[0], _last[1]
-    _last[0], _last[1] = text, folded
+    _last[:] = [(text, folded), newest]
     return folded
 
 
 def _encoded(hay: str) -> bytes:
     if len(hay) < 4096:
         return hay.encode()
-    if _last_long[0] is not hay:
-        _last_long[0], _last_long[1] = hay, hay.encode()
-    return _last_long[1]  # type: ignore[no-any-return]
+    kept = _last_long[0]
+    if kept[0] is not hay:
+        kept = _last_long[0] = (hay, hay.encode())
+    return kept[1]
 
 
 def _reversed(text: str) -> str:
-    if _last_reversed[0] is not text:
-        _last_reversed[0], _last_reversed[1] = text, text[::-1]
-    return _last_reversed[1]
+    kept = _last_reversed[0]
+    if kept[0] is not text:
+        kept = _last_reversed[0] = (text, text[::-1])
+    return kept[1]
