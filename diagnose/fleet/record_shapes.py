@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.bounded import kept
+
 _CRI = re.compile(r"^(\d{4}-\d\d-\d\dT\S+) (stdout|stderr) ([FP]) ?(.*)$", re.DOTALL)
 # `kubectl logs --prefix`: [pod/NAME/CONTAINER] (other kinds: deployment/…, job/…)
 _KUBECTL = re.compile(
@@ -75,10 +77,8 @@ def _known(key: tuple[Any, ...], raw: dict[str, Any]) -> tuple[str, dict[str, st
     pipeline repeats them on every record of a pod); the same labels dict each time."""
     got = _KNOWN.get(key)
     if got is None:
-        if len(_KNOWN) >= KNOWN_MAX:
-            _KNOWN.clear()
         labels = _clean(raw)
-        got = _KNOWN[key] = (_identity(labels), labels)
+        got = kept(_KNOWN, key, (_identity(labels), labels), KNOWN_MAX)
     return got
 
 

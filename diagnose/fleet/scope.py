@@ -9,6 +9,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from ..base.bounded import kept
 from ..base.errors import InputError
 
 _LABEL = re.compile(r"^(namespace|pod|container|node|service|unit|key)=(.+)$")
@@ -33,11 +34,13 @@ class Scope:
     def follows(self, source: str, labels: dict[str, str]) -> bool:
         got = self._decided.get(source)
         if got is None:
-            if len(self._decided) >= DECIDED_MAX:
-                self._decided.clear()
-            got = self._decided[source] = (
-                not self.include or any(_matches(p, source, labels) for p in self.include)
-            ) and not any(_matches(p, source, labels) for p in self.exclude)
+            got = kept(
+                self._decided,
+                source,
+                (not self.include or any(_matches(p, source, labels) for p in self.include))
+                and not any(_matches(p, source, labels) for p in self.exclude),
+                DECIDED_MAX,
+            )
         return got
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 
+from ..base.bounded import kept
 from ..knowledge.engine_profiles import Marker, Profiles
 from ..knowledge.rules import Rule
 from ..read.sources import decode
@@ -333,9 +334,7 @@ class Candidates:
             new = since[self._dead_upto :] if self._dead_upto >= 0 else since
             base = self.dead if self._dead_upto >= 0 else frozenset()
             dead = base.union(ids[n] for h in new for n in h.needles if n in ids and not self.live(n))
-            if len(self._dead_by_state) >= 64:
-                self._dead_by_state.clear()
-            self._dead_by_state[key] = dead
+            kept(self._dead_by_state, key, dead, 64)
         self.dead, self._dead_stale, self._dead_upto = dead, False, len(self._since_build)
         return dead
 
@@ -345,9 +344,7 @@ class Candidates:
         key = frozenset(found)
         out = self._handlers_of.get(key)
         if out is None:
-            if len(self._handlers_of) >= HANDLER_SETS_KEPT:
-                self._handlers_of.clear()
-            out = self._handlers_of[key] = self._live_handlers(found)
+            out = kept(self._handlers_of, key, self._live_handlers(found), HANDLER_SETS_KEPT)
         return out
 
     def _live_handlers(self, found: set[str]) -> list[Any]:
@@ -454,9 +451,7 @@ class Candidates:
         key = tuple(needles)
         index = self._track_indexes.get(key)
         if index is None:
-            if len(self._track_indexes) >= BUILT_KEPT:
-                self._track_indexes.clear()
-            index = self._track_indexes[key] = make_index(needles, blocks=True)
+            index = kept(self._track_indexes, key, make_index(needles, blocks=True), BUILT_KEPT)
         hi, size = len(block), TRACK_WINDOW
         while hi > 0:
             lo = block.rfind(b"\n", 0, max(hi - size, 0)) + 1  # a line's start: no needle is cut

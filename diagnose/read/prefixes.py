@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from ..base.bounded import kept
 from ..model.records import Line
 from .sources import Source, decode, read_blocks
 
@@ -228,11 +229,9 @@ class Layout:
                     break
         line.message = rest
         if key is not None and spans is not None:
-            if len(self._plans) >= PLANS_KEPT:
-                self._plans.clear()
             end = off + len(s)  # s is the text from `off`, its border's end cut: the message ends there
             plan = [(k, a + off, b + off) for k, (a, b) in spans.items()]
-            self._plans[key] = (*plan, ("message", end - len(rest), end))
+            kept(self._plans, key, (*plan, ("message", end - len(rest), end)), PLANS_KEPT)
         return line
 
     def _peel(self, line: Line, s: str, spans: dict[str, tuple[int, int]] | None = None) -> str:

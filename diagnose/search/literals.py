@@ -21,6 +21,7 @@ import itertools
 import re
 from re import _constants as C  # type: ignore[attr-defined]
 
+from ..base.bounded import kept
 from .pattern_tree import REPEATS, changes_case, edge_chars, parse_tree, width
 
 TYPE_CHECKING = False
@@ -214,19 +215,13 @@ class Prefilter:
             self._finder = _finder(self.literals)
         present = self._finder(data)
         got = self._always if not present else self._possible_for(present)
-        if shape is not None:
-            if len(_SHAPES) >= SHAPES_KEPT:
-                _SHAPES.clear()
-            _SHAPES[shape] = got
-        return got
+        return got if shape is None else kept(_SHAPES, shape, got, SHAPES_KEPT)
 
     def _possible_for(self, present: frozenset[int]) -> list[int]:
         # lines hold the same few combinations of literals again and again: each worked out once
         got = self._possible.get(present)
         if got is None:
-            if len(self._possible) >= POSSIBLE_KEPT:
-                self._possible.clear()
-            got = self._possible[present] = self._possible_with(present)
+            got = kept(self._possible, present, self._possible_with(present), POSSIBLE_KEPT)
         return got
 
     def _possible_with(self, present: frozenset[int]) -> list[int]:
