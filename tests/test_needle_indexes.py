@@ -14,7 +14,7 @@ from diagnose.match import candidates
 from diagnose.match.candidates import needle_map
 from diagnose.outputs.json_report import render
 from diagnose.pipeline.scan import scan_paths
-from diagnose.search.needles import AhoCorasickIndex, FindIndex, HyperscanIndex, HyperscanPresence, make_index
+from diagnose.search.needles import AhoCorasickIndex, FindIndex, HyperscanIndex, make_index
 
 hyperscan = pytest.importorskip("hyperscan", reason="no hyperscan wheel for this platform")
 
@@ -61,12 +61,12 @@ def test_the_presence_test_tells_the_needles_every_index_finds(
 ) -> None:
     """Hyperscan's presence test (each needle once) names exactly the needles found, on every
     fixture log's bytes and on their concatenation; nested and overlapping needles too."""
-    hs = HyperscanPresence(needles)
+    hs = HyperscanIndex(needles, first_only=True)
     for data in [real_bytes, *(p.read_bytes() for p in LOGS)]:
         assert hs.present(data) == {m[0] for m in FindIndex(needles).find(data)}
-    assert HyperscanPresence([b"model loaded", b"main: model loaded", b"aa", b"zz"]).present(
-        b"x main: model loaded\naaa\n"
-    ) == {0, 1, 2}
+    once = HyperscanIndex([b"model loaded", b"main: model loaded", b"aa", b"zz"], first_only=True)
+    assert once.present(b"x main: model loaded\naaa\n") == {0, 1, 2}
+    assert len(once.find(b"aaaa aa")) == 1  # each needle told once
 
 
 def test_overlapping_and_nested_needles() -> None:

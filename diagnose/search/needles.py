@@ -57,18 +57,26 @@ class HyperscanIndex:
     """The long-haul index: 4-5x an Aho-Corasick DFA's speed on a log's blocks (few matches,
     most bytes skipped by its SIMD literal matcher), but ~15 ms to build, so only where a DFA
     would be built. Matches come by end offset (Aho-Corasick's order), ties in another order:
-    every reader groups a line's matches as a set."""
+    every reader groups a line's matches as a set.
+
+    `first_only` (Hyperscan's SINGLEMATCH): each needle reported once, at its first end, for
+    `present` on a long text: a pattern's literal test on a 200 KB request dump in ~70 us,
+    where Aho-Corasick, reporting every one of its hundreds of matches, takes ~450 us. Such
+    an index builds in under a millisecond."""
 
     name = "hyperscan"
 
-    def __init__(self, needles: Sequence[bytes]):
+    def __init__(self, needles: Sequence[bytes], first_only: bool = False):
         import hyperscan
 
         self._hs = hyperscan
         self._lens = [len(n) for n in needles]
         self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(needles) if first_only else None
         try:
-            self._db.compile(expressions=list(needles), ids=list(range(len(needles))), literal=True)
+            self._db.compile(
+                expressions=list(needles), ids=list(range(len(needles))), flags=flags, literal=True
+            )
         except hyperscan.error as e:  # a CPU without SSSE3, a build without the literal API
             raise ImportError(f"hyperscan cannot build here: {e}") from e
         # the binding lets go of the GIL while it scans: one scratch space per thread
@@ -91,46 +99,14 @@ class HyperscanIndex:
         return frozenset([m[0] for m in self.find(data)])
 
 
-class HyperscanPresence:
-    """Which needles occur in a long text, each told once (Hyperscan's SINGLEMATCH): a pattern's
-    literal test on a 200 KB request dump in ~70 us where Aho-Corasick, reporting every one of
-    its hundreds of matches, takes ~450 us. Built in under a millisecond."""
-
-    def __init__(self, needles: Sequence[bytes]):
-        import hyperscan
-
-        self._hs = hyperscan
-        self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        flags = [hyperscan.HS_FLAG_SINGLEMATCH] * len(needles)
-        try:
-            self._db.compile(
-                expressions=list(needles), ids=list(range(len(needles))), flags=flags, literal=True
-            )
-        except hyperscan.error as e:
-            raise ImportError(f"hyperscan cannot build here: {e}") from e
-        self._local = threading.local()
-
-    def present(self, data: bytes) -> frozenset[int]:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = self._hs.Scratch(self._db)
-        out: list[int] = []
-        add = out.append
-
-        def on_match(nid: int, _from: int, _end: int, _flags: int, _context: object) -> None:
-            add(nid)
-
-        self._db.scan(data, match_event_handler=on_match, scratch=scratch)
-        return frozenset(out)
-
-
-def make_presence(needles: Sequence[bytes]) -> HyperscanPresence | None:
-    """A presence test for long texts where Hyperscan runs here (None elsewhere, or with
-    DIAGNOSE_NO_HYPERSCAN=1 / DIAGNOSE_PURE=1: the caller's index answers the same)."""
+def make_presence(needles: Sequence[bytes]) -> HyperscanIndex | None:
+    """A presence test for long texts (a first-only Hyperscan index) where Hyperscan runs here
+    (None elsewhere, or with DIAGNOSE_NO_HYPERSCAN=1 / DIAGNOSE_PURE=1: the caller's index
+    answers the same)."""
     if not needles or "1" in (os.environ.get("DIAGNOSE_PURE"), os.environ.get("DIAGNOSE_NO_HYPERSCAN")):
         return None
     try:
-        return HyperscanPresence(needles)
+        return HyperscanIndex(needles, first_only=True)
     except ImportError:
         return None
 
