@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from ..base.bounded import kept
 from ..model.records import Line
+from ..search.pattern_tree import ZERO_DIGITS, can_start_with, digit_blind
 from .sources import Source, decode, read_blocks
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~4 ms of every start)
@@ -112,7 +113,6 @@ _HELPERS = (_RANK_IN_PROC, _TGI_RANK, _SGLANG_TP, _LAYOUT_START)  # read on the 
 # kept from DISPATCH_AFTER lines split on (reading the layers' parse trees costs a short log ~3 ms)
 PLAN_MAX = 512
 PLANS_KEPT = 4096  # plans kept per set of layers (at most ~2 MiB)
-_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 DISPATCH_AFTER = 200  # lines split before layers are chosen by first character (a short log
 # would spend more working out the choice than it saves)
 
@@ -157,8 +157,6 @@ class Layout:
         if got is None:
             if len(self._by_first) >= 512:  # an odd log of many first characters: stay bounded
                 return self.prefixes
-            from ..search.pattern_tree import can_start_with
-
             got = self._by_first[s[0]] = [p for p in self.prefixes if can_start_with(p, s[0])]
         return got
 
@@ -194,12 +192,10 @@ class Layout:
         key = None
         if len(s) <= PLAN_MAX and s.isascii() and self._splits[0] > DISPATCH_AFTER:  # (s is the text)
             if self._blind[0] is None:
-                from ..search.pattern_tree import digit_blind
-
                 self._blind[0] = all(digit_blind(p) for p in (*self.prefixes, *_HELPERS))
             if self._blind[0]:
                 # (the wrapper this source's lines showed is matched as it is, digits and all)
-                key = (learned, s.encode().translate(_ZERO_DIGITS))
+                key = (learned, s.encode().translate(ZERO_DIGITS))
                 plan = self._plans.get(key)
                 if plan is not None:
                     return _replay(line, plan)

@@ -22,7 +22,7 @@ import re
 from re import _constants as C  # type: ignore[attr-defined]
 
 from ..base.bounded import kept
-from .pattern_tree import REPEATS, changes_case, edge_chars, parse_tree, width
+from .pattern_tree import REPEATS, ZERO_DIGITS, changes_case, edge_chars, parse_tree, width
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ class Prefilter:
         if self._digitless and len(data) <= SHAPE_MAX:
             # a line's literals are those of the line with its digits zeroed (no literal holds a
             # digit): a progress bar's thousand lines, or a request log's, are one shape
-            shape = (self._uid, data.translate(_ZERO_DIGITS))
+            shape = (self._uid, data.translate(ZERO_DIGITS))
             got = _SHAPES.get(shape)
             if got is not None:
                 return got
@@ -326,7 +326,6 @@ WINDOW_PAD = 8
 # (prefilter, a line's bytes with their digits zeroed) -> possible(): see possible_in
 _SHAPES: dict[tuple[int, bytes], list[int]] = {}
 _UIDS = itertools.count()
-_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 SHAPE_MAX = 512  # bytes of the longest line kept by its shape (a longer one rarely repeats)
 SHAPES_KEPT = 4096  # shapes kept, all prefilters together (at most 2 MiB)
 POSSIBLE_KEPT = 1024  # combinations of literals present whose possible alternatives are kept

@@ -230,6 +230,11 @@ def _in_set(items: Any, c: str, fold: bool) -> bool:
     return hit
 
 
+# zeroes every ASCII digit: a text and its zeroed copy match a digit-blind pattern alike, and
+# hold a literal without digits at the same places (line shapes: literals.py, prefixes.py)
+ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
 def digit_blind(pat: re.Pattern[str]) -> bool:
     """Does the pattern read every ASCII digit alike (a class of digits, `\\d`, `\\w`, never
     one digit or a range of some), with no back-reference: then a text with its digits
