@@ -202,7 +202,7 @@ class Layout:
         off = 0  # where s begins in the text
         if learned:
             s, off = s[len(learned) :], len(learned)  # a wrapper this source's other lines showed (below)
-        spans: dict[str, tuple[int, int]] | None = {} if key is not None else None
+        spans: dict[str, tuple[int, int]] = {}
         rest = self._peel(line, s, spans)
         if rest is s and s and not s[0].isspace():
             # no layer known at the start: a wrapper we do not know (a custom logger, `kubectl
@@ -212,25 +212,25 @@ class Layout:
                 if s[m.start() - 1] not in _WRAPPER_ENDS:
                     continue
                 trial = Line(source=line.source, number=line.number, text=line.text)
-                after = self._peel(trial, s[m.start() :])
+                after = self._peel(trial, s[m.start() :], {})
                 if trial.level and (trial.timestamp or trial.process):
                     for k in ("level", "timestamp", "pid", "process", "rank", "location"):
                         setattr(line, k, getattr(trial, k))
                     rest = after
-                    spans = None  # (not kept: what it learned changes how the source's lines split)
+                    key = None  # (no plan: what it learned changes how the source's lines split)
                     if len(self._learned) < 64:
                         # the same text in front of this source's other lines (tracebacks, bare
                         # messages) is that wrapper too
                         self._learned[line.source] = s[: m.start()]
                     break
         line.message = rest
-        if key is not None and spans is not None:
+        if key is not None:
             end = off + len(s)  # s is the text from `off`, its border's end cut: the message ends there
             plan = [(k, a + off, b + off) for k, (a, b) in spans.items()]
             kept(self._plans, key, (*plan, ("message", end - len(rest), end)), PLANS_KEPT)
         return line
 
-    def _peel(self, line: Line, s: str, spans: dict[str, tuple[int, int]] | None = None) -> str:
+    def _peel(self, line: Line, s: str, spans: dict[str, tuple[int, int]]) -> str:
         """Peel the known prefix layers off s into the line's fields; the rest (s itself when
         none matched). `spans`: where in s each field's value was taken from (split's plans)."""
         level_seen = False
@@ -248,53 +248,43 @@ class Layout:
                 if lv:
                     if not line.level:
                         line.level = _LEVEL_NORMAL.get(lv, lv)
-                        if spans is not None:
-                            spans["level"] = _at(m, "level" if g.get("level") else "lv1", base)
+                        spans["level"] = _at(m, "level" if g.get("level") else "lv1", base)
                     level_seen = True
                 ts = g.get("ts")
                 if ts and not line.timestamp:
                     line.timestamp = ts
-                    if spans is not None:
-                        spans["timestamp"] = _at(m, "ts", base)
+                    spans["timestamp"] = _at(m, "ts", base)
                 proc = g.get("proc")
                 if g.get("pid"):  # the innermost layer's: the engine's own process, not a wrapper's
                     line.pid = int(g["pid"])
-                    if spans is not None:
-                        spans["pid"] = _at(m, "pid", base)
+                    spans["pid"] = _at(m, "pid", base)
                     if proc:
                         line.process = proc.strip().rstrip(",")
+                        spans["process"] = _stripped(m, "proc", base, line.process)
                         r = _RANK_IN_PROC.search(proc)
-                        if spans is not None:
-                            spans["process"] = _stripped(m, "proc", base, line.process)
-                            if r and line.rank is None:
-                                spans["rank"] = _at(r, 1, base + m.start("proc"))
                         if r and line.rank is None:
                             line.rank = int(r.group(1))
+                            spans["rank"] = _at(r, 1, base + m.start("proc"))
                 tags = g.get("tags")
                 if tags:
                     line.process = tags.strip()
+                    spans["process"] = _stripped(m, "tags", base, line.process)
                     r = _SGLANG_TP.search(tags)
-                    if spans is not None:
-                        spans["process"] = _stripped(m, "tags", base, line.process)
-                        if r and line.rank is None:
-                            spans["rank"] = _at(r, 1, base + m.start("tags"))
                     if r and line.rank is None:
                         line.rank = int(r.group(1))
+                        spans["rank"] = _at(r, 1, base + m.start("tags"))
                 if g.get("rank") and line.rank is None:
                     line.rank = int(g["rank"])
-                    if spans is not None:
-                        spans["rank"] = _at(m, "rank", base)
+                    spans["rank"] = _at(m, "rank", base)
                 loc = g.get("loc") or g.get("loc2")
                 if loc and not line.location:
                     line.location = loc
-                    if spans is not None:
-                        spans["location"] = _at(m, "loc" if g.get("loc") else "loc2", base)
+                    spans["location"] = _at(m, "loc" if g.get("loc") else "loc2", base)
                 if g.get("spans"):
                     r = _TGI_RANK.search(s)
                     if r and line.rank is None:
                         line.rank = int(r.group(1))
-                        if spans is not None:
-                            spans["rank"] = _at(r, 1, base)
+                        spans["rank"] = _at(r, 1, base)
                 base += m.end()
                 s = s[m.end() :]
                 break
