@@ -257,7 +257,8 @@ class Prefilter:
         sets = self.alternatives[i][1]
         if not sets:
             return None
-        edges = None
+        edges: Any = None
+        rev = ""  # the text reversed, where edges are read
         if width is None:
             edges = self.edges(i)
             if edges is None:
@@ -269,10 +270,10 @@ class Prefilter:
             lit = self.literals[x]
             at = hay.find(lit)
             while at >= 0:
-                if edges is None:
+                if width is not None:
                     spans.append(
                         (max(0, at - width - WINDOW_PAD), min(n, at + len(lit) + width + WINDOW_PAD))
-                    )  # type: ignore[operator]
+                    )
                 else:
                     # the edges are read on the text itself (ASCII characters, tested with `re`)
                     right = edges.search(text, at + len(lit))
@@ -336,12 +337,10 @@ WINDOW_WIDEST = 4096  # an alternative that can match more is searched whole
 # pair that belongs together whatever the interpreter (a library user may scan from several
 # threads; two item stores in a row are atomic only by CPython's choice of switch points).
 _last: list[tuple[str, str]] = [("", ""), ("", "")]  # the last two texts folded: rules share one line
-_last_long: list[tuple[str, bytes]] = [
-    ("", b"")
-]  # the last long text encoded (a 200 KB dump once, not per rule)
-_last_reversed: list[tuple[str, str]] = [
-    ("", "")
-]  # the last text reversed (its runs' left edges, for every rule)
+# the last long text encoded (a 200 KB dump once, not per rule), and the last text reversed
+# (its runs' left edges, for every rule)
+_last_long: list[tuple[str, Any]] = [("", b"")]
+_last_reversed: list[tuple[str, Any]] = [("", "")]
 
 
 def _fold(text: str) -> str:
@@ -365,16 +364,16 @@ def _fold(text: str) -> str:
 
 
 def _encoded(hay: str) -> bytes:
-    if len(hay) < 4096:
-        return hay.encode()
-    kept = _last_long[0]
-    if kept[0] is not hay:
-        kept = _last_long[0] = (hay, hay.encode())
-    return kept[1]
+    return hay.encode() if len(hay) < 4096 else _last_of(_last_long, hay, str.encode)  # type: ignore[no-any-return]
 
 
 def _reversed(text: str) -> str:
-    kept = _last_reversed[0]
-    if kept[0] is not text:
-        kept = _last_reversed[0] = (text, text[::-1])
-    return kept[1]
+    return _last_of(_last_reversed, text, lambda t: t[::-1])  # type: ignore[no-any-return]
+
+
+def _last_of(slot: list[tuple[str, Any]], text: str, make: Any) -> Any:
+    """make(text), kept in the slot for the next caller asking about the same text object."""
+    pair = slot[0]
+    if pair[0] is not text:
+        pair = slot[0] = (text, make(text))
+    return pair[1]
