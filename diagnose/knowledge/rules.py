@@ -56,23 +56,22 @@ class Rule:
     layer: str = "rule"
 
     def search(self, text: str) -> Any:
-        if self.compiled is None:  # validated earlier (cache): compiled on first use
-            self.compiled = _compile(self.pattern, self.shipped, checked=True)
-        return self.compiled.search(text)
+        return self._pattern().search(text)
 
     def may_match(self, text: str) -> bool:
         """False only where the text lacks the literals every match needs (patterns.py)."""
-        if self.compiled is None:
-            self.compiled = _compile(self.pattern, self.shipped, checked=True)
-        may = getattr(self.compiled, "may_match", None)  # a user's pattern: no prefilter
+        may = getattr(self._pattern(), "may_match", None)  # a user's pattern: no prefilter
         return True if may is None else bool(may(text))
 
     def may_match_ascii(self, raw: bytes, lowered: bytes) -> bool:
         """may_match() of an ASCII text given as its bytes (patterns.ShippedPattern)."""
-        if self.compiled is None:
-            self.compiled = _compile(self.pattern, self.shipped, checked=True)
-        may = getattr(self.compiled, "may_match_ascii", None)
+        may = getattr(self._pattern(), "may_match_ascii", None)
         return True if may is None else bool(may(raw, lowered))
+
+    def _pattern(self) -> Any:
+        if self.compiled is None:  # validated earlier (cache): compiled on first use
+            self.compiled = _compile(self.pattern, self.shipped, checked=True)
+        return self.compiled
 
 
 def _need(cond: bool, path: str, rid: str | None, fld: str, problem: str) -> None:
