@@ -58,9 +58,8 @@ def says_nothing(found: set[str], handlers: list[Any], text: str) -> bool:
     """A line only a class's broad words woke ("checkpoint", "port": no error-shaped needle,
     no live marker or rule), where none of those classes' patterns can match (their literals
     are absent): with no traceback or launch dump open, it can say nothing and is not even
-    split (a third of a real log's candidate lines)."""
-    if not found.isdisjoint(STRUCTURE):
-        return False
+    split (a third of a real log's candidate lines). The caller has ruled out error-shaped
+    needles (decoded_unless_silent)."""
     return all(isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match(text) for h in handlers)
 
 
@@ -73,8 +72,6 @@ def plain_ascii(raw: bytes) -> bool:
 def says_nothing_ascii(found: set[str], handlers: list[Any], raw: bytes) -> bool:
     """says_nothing() of a plain_ascii line, read on its bytes: not decoded to be dropped (a
     third of a real log's candidate lines are dropped, most of them ASCII)."""
-    if not found.isdisjoint(STRUCTURE):
-        return False
     lowered = raw.lower()  # the folded haystack of an ASCII text, as bytes
     return all(
         isinstance(h, Rule) and h.layer == "vocabulary" and not h.may_match_ascii(raw, lowered)
@@ -84,7 +81,10 @@ def says_nothing_ascii(found: set[str], handlers: list[Any], raw: bytes) -> bool
 
 def decoded_unless_silent(found: set[str], handlers: list[Any], raw: bytes) -> tuple[str, bool] | None:
     """The line decoded (read.sources.decode), or None where it says nothing (says_nothing);
-    a plain ASCII line is judged on its bytes, and decoded only to be read."""
+    a plain ASCII line is judged on its bytes, and decoded only to be read. A line with an
+    error-shaped needle (STRUCTURE) is always read."""
+    if not found.isdisjoint(STRUCTURE):
+        return decode(raw)
     if plain_ascii(raw):
         return None if says_nothing_ascii(found, handlers, raw) else decode(raw)
     text, truncated = decode(raw)

@@ -16,7 +16,7 @@ from ..model.records import Hit, Line, PhaseMark, TracebackEvent
 from ..model.typed_facts import typed_facts
 from ..read.nearest_time import NearestClock
 from ..read.sources import decode
-from .candidates import STRUCTURE, Candidates, decoded_unless_silent
+from .candidates import Candidates, decoded_unless_silent
 from .hitbook import HitBook, RecordedHit
 from .server_state import ServerState
 from .serving_series import SeriesSampler, series_needles
@@ -219,7 +219,7 @@ class Scanner:
         for stream, tb in self.tbs.stale(self.source, self.lineno, TRACEBACK_STALE) if self.tbs.open else ():
             self._close_tb(stream, tb)
         handlers = self.candidates.handlers(found)
-        if found and not self.tbs.open and self.server.collecting is None and found.isdisjoint(STRUCTURE):
+        if found and not self.tbs.open and self.server.collecting is None:
             got = decoded_unless_silent(found, handlers, raw)
             if got is None:
                 return  # nothing to read on this line (candidates.says_nothing), nothing open around it
